@@ -1,6 +1,10 @@
 """py_pytest: a py_test that runs pytest over its test files."""
 
-def py_pytest(name, srcs, deps = [], data = [], args = [], **kwargs):
+# Tests that start servers on 127.0.0.1 (local GCS endpoint, fault proxy, bqemulator, gloo ranks):
+# they run where Bazel runs, not on a remote worker (see README "Remote execution").
+LOCAL_SERVER_TAGS = ["requires-network", "no-remote-exec"]
+
+def py_pytest(name, srcs, deps = [], data = [], args = [], local_servers = False, tags = [], **kwargs):
     """Declares a py_test running pytest on `srcs`.
 
     Args:
@@ -9,6 +13,8 @@ def py_pytest(name, srcs, deps = [], data = [], args = [], **kwargs):
       deps: py_library deps (e.g. "//python:dcp").
       data: runtime files.
       args: extra pytest arguments.
+      local_servers: the test starts servers on loopback; adds LOCAL_SERVER_TAGS.
+      tags: Bazel tags (e.g. "gpu").
       **kwargs: passed to py_test (size, tags, shard_count, timeout, env ...).
     """
     native.py_test(
@@ -18,6 +24,7 @@ def py_pytest(name, srcs, deps = [], data = [], args = [], **kwargs):
         args = ["$(location %s)" % s for s in srcs if s.split("/")[-1].startswith("test_")] + args,
         deps = deps,
         data = data,
+        tags = tags + (LOCAL_SERVER_TAGS if local_servers else []),
         python_version = "PY3",
         **kwargs
     )

@@ -60,13 +60,17 @@ def _local_python_impl(repository_ctx):
         fail("PYTHON_BIN_PATH=%s cannot import pybind11 (is it the project's venv?):\n%s" %
              (interpreter, result.stderr))
     python_include, pybind11_include, _version = result.stdout.strip().split("\n")
+
+    # Where actions run the interpreter: the same path by default; a remote worker's path with
+    # --repo_env=PYTHON_EXEC_PATH=... (it must be the same Python version, for the headers).
+    exec_interpreter = repository_ctx.os.environ.get("PYTHON_EXEC_PATH", "") or interpreter
     repository_ctx.symlink(python_include, "python_include")
     repository_ctx.symlink(pybind11_include, "pybind11_include")
     repository_ctx.file("WORKSPACE", 'workspace(name = "%s")\n' % repository_ctx.name)
-    repository_ctx.file("BUILD", _BUILD.format(interpreter = interpreter))
+    repository_ctx.file("BUILD", _BUILD.format(interpreter = exec_interpreter))
 
 local_python = repository_rule(
     implementation = _local_python_impl,
-    environ = ["PYTHON_BIN_PATH"],
+    environ = ["PYTHON_BIN_PATH", "PYTHON_EXEC_PATH"],
     local = True,
 )
