@@ -1,0 +1,138 @@
+"""Which fault to inject into which request: Fault (one rule) and FaultPlan (the rules + counts)."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import re
+import threading
+import urllib.parse
+
+KINDS = ("status", "reset_mid_body", "stall", "short_body", "wrong_content_range")
+
+_OBJECT_PATH = re.compile(r"^/(?:download/|upload/)?storage/v1/b/[^/]+/o/(?P<object>[^?]+)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    """One fault rule for FaultProxy.
+
+    Attributes:
+      kind: "status" (answer `status` with a JSON error body, upstream not asked),
+        "reset_mid_body" (TCP reset after `after_bytes` body bytes),
+        "stall" (pause `stall_s` seconds after `after_bytes` body bytes, then send the rest),
+        "short_body" (clean close after `after_bytes` body bytes, Content-Length unchanged),
+        "wrong_content_range" (the right bytes under a Content-Range shifted by one byte;
+        a 200 answer becomes a 206 with such a header).
+      status: HTTP status for kind "status" (503, 429, 500, 404, 401, ...).
+      count: inject into the first `count` requests this rule matches; None: every one.
+      nth: inject only into the nth (1-based) request this rule matches (then `count` is unused).
+      object_name: match only requests for this object (decoded name, from the URL path);
+        None: any object.
+      media_only: match only media reads (GET/HEAD with alt=media); False: any request.
+      stall_s: pause for kind "stall", seconds.
+      after_bytes: body bytes sent before a mid-body fault; None: half the body.
+    """
+
+    kind: str
+    status: int = 503
+    count: int | None = 1
+    nth: int | None = None
+    object_name: str | None = None
+    media_only: bool = True
+    stall_s: float = 2.0
+    after_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"Fault kind {self.kind!r} is not one of {KINDS}")
+        if not 100 <= self.status <= 599:
+            raise ValueError(f"Fault status {self.status} is not an HTTP status")
+        if self.count is not None and self.count < 1:
+            raise ValueError(f"Fault count must be >= 1 or None, got {self.count}")
+        if self.nth is not None and self.nth < 1:
+            raise ValueError(f"Fault nth is 1-based, got {self.nth}")
+        if self.stall_s < 0:
+            raise ValueError(f"Fault stall_s must be >= 0 seconds, got {self.stall_s}")
+        if self.after_bytes is not None and self.after_bytes < 0:
+            raise ValueError(f"Fault after_bytes must be >= 0, got {self.after_bytes}")
+
+    def cut_at(self, body_length: int) -> int:
+        """Body bytes to send before a mid-body fault strikes (never more than the body)."""
+        want = body_length // 2 if self.after_bytes is None else self.after_bytes
+        return min(want, body_length)
+
+
+def object_of(path: str) -> str | None:
+    """The decoded object name in a JSON API request path, or None (listing, bucket calls)."""
+    match = _OBJECT_PATH.match(path)
+    if match:
+        return urllib.parse.unquote(match.group("object"))
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+    names = query.get("name")  # uploads carry the name in the query
+    return names[0] if names else None
+
+
+def is_media_read(method: str, path: str) -> bool:
+    """True for GET/HEAD requests with alt=media (object content, not metadata)."""
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+    return method in ("GET", "HEAD") and query.get("alt") == ["media"]
+
+
+class FaultPlan:
+    """Thread-safe: decides per request which Fault (if any) applies and counts injections.
+
+    Every rule counts each request its filters match; the first rule (in list order) whose
+    count/nth says "inject" wins, and only that one is counted as injected.
+    """
+
+    def __init__(self, faults: list[Fault]) -> None:
+        self._faults = list(faults)
+        self._seen = [0] * len(self._faults)
+        self._injected = [0] * len(self._faults)
+        self._by_kind: collections.Counter[str] = collections.Counter()
+        self._requests = 0
+        self._lock = threading.Lock()
+
+    def choose(self, method: str, path: str) -> Fault | None:
+        """Registers one request and returns the fault to inject into it, or None."""
+        media = is_media_read(method, path)
+        name = object_of(path)
+        with self._lock:
+            self._requests += 1
+            chosen = None
+            for i, fault in enumerate(self._faults):
+                if fault.media_only and not media:
+                    continue
+                if fault.object_name is not None and fault.object_name != name:
+                    continue
+                self._seen[i] += 1
+                if chosen is not None:
+                    continue
+                if fault.nth is not None:
+                    due = self._seen[i] == fault.nth
+                else:
+                    due = fault.count is None or self._injected[i] < fault.count
+                if due:
+                    chosen = fault
+                    self._injected[i] += 1
+                    self._by_kind[fault.kind] += 1
+            return chosen
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Injections so far per kind (kinds never injected are 0)."""
+        with self._lock:
+            return {kind: self._by_kind[kind] for kind in KINDS}
+
+    @property
+    def injected_per_fault(self) -> list[int]:
+        """Injections so far per rule, in the order the rules were given."""
+        with self._lock:
+            return list(self._injected)
+
+    @property
+    def requests(self) -> int:
+        """Requests seen so far (with or without a fault)."""
+        with self._lock:
+            return self._requests

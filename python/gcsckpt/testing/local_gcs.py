@@ -1,0 +1,273 @@
+"""LocalGCS: a real GCS endpoint on loopback (gcp-storage-emulator on disk + nginx in front)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import weakref
+
+from gcsckpt.testing import clients, json_api, nginx_config
+from gcsckpt.testing.media_log import MediaRequest, settled_media_log
+from gcsckpt.testing.ports import LOOPBACK, free_port, port_is_free, wait_until_ready
+from gcsckpt.testing.processes import ManagedProcess
+
+_EMULATOR_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulator_main.py")
+_START_ATTEMPTS = 3  # auto-picked ports can be taken between the pick and the bind
+
+
+class LocalGCSError(RuntimeError):
+    """The local endpoint could not start (missing program, taken port, crash); says which."""
+
+
+def _check_programs(latency_ms: float) -> None:
+    if not os.access(nginx_config.NGINX_BIN, os.X_OK):
+        raise LocalGCSError(
+            f"{nginx_config.NGINX_BIN} is missing or not executable: apt-get install nginx"
+        )
+    if latency_ms > 0 and not os.path.isfile(nginx_config.ECHO_MODULE):
+        raise LocalGCSError(
+            f"latency_ms needs {nginx_config.ECHO_MODULE} (nginx echo module): "
+            "apt-get install libnginx-mod-http-echo"
+        )
+
+
+def _stop_all(procs: list[ManagedProcess], cleanup_dirs: list[str]) -> None:
+    """Stops nginx before the emulator, then removes temp folders. Safe to call twice."""
+    for proc in reversed(procs):
+        proc.stop()
+    procs.clear()
+    for path in cleanup_dirs:
+        shutil.rmtree(path, ignore_errors=True)
+    cleanup_dirs.clear()
+
+
+class LocalGCS:
+    """A GCS JSON API endpoint on 127.0.0.1, for tests and the default benchmark run.
+
+    The emulator (single-threaded, on-disk) handles uploads, metadata, listing and deletes; nginx
+    serves media reads straight from the emulator's files with keep-alive and full Range
+    semantics (206 + Content-Range, 416, suffix ranges) and proxies everything else. Numbers and
+    the layout come from shared/DESIGN.md ("Local GCS endpoint").
+
+    Args:
+      data_dir: folder for objects (kept: reusing it later serves the same buckets and objects);
+        None: a temp folder removed at stop().
+      latency_ms: first-byte delay added to every media read, milliseconds (models remote GCS).
+      stream_mbps: bandwidth cap per media request, MB/s (1 MB = 1e6 bytes); None: uncapped.
+      log_dir: folder for emulator.log, nginx_error.log, nginx_media_access.log (kept);
+        None: inside the run's temp folder (removed at stop()).
+      nginx_workers: nginx worker processes; None: min(CPU count, 8).
+      port / emulator_port: fixed ports; None: free ones picked at start.
+      start_timeout_s: how long each program may take to answer, seconds.
+
+    Raises (at start / __enter__):
+      LocalGCSError: nginx, its echo module (when latency_ms > 0) or the emulator is missing,
+        a fixed port is taken, or a program exits or does not answer in time (log tail quoted).
+      ValueError: a negative latency or non-positive rate.
+
+    Children run in their own process groups with a parent-death signal, so they go away when
+    this object stops, when the with-body raises, and when this process is killed (create it
+    from a thread that lives as long as the endpoint is needed: the signal follows that thread).
+    """
+
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        latency_ms: float = 0.0,
+        stream_mbps: float | None = None,
+        log_dir: str | None = None,
+        *,
+        nginx_workers: int | None = None,
+        port: int | None = None,
+        emulator_port: int | None = None,
+        start_timeout_s: float = 30.0,
+    ) -> None:
+        if latency_ms < 0:
+            raise ValueError(f"latency_ms must be >= 0, got {latency_ms}")
+        if stream_mbps is not None and stream_mbps <= 0:
+            raise ValueError(f"stream_mbps must be > 0 or None, got {stream_mbps}")
+        self.latency_ms = float(latency_ms)
+        self.stream_mbps = stream_mbps
+        self._data_dir_arg = data_dir
+        self._log_dir_arg = log_dir
+        self._workers = nginx_workers or min(os.cpu_count() or 1, 8)
+        self._port_arg = port
+        self._emulator_port_arg = emulator_port
+        self._start_timeout_s = start_timeout_s
+        self._procs: list[ManagedProcess] = []
+        self._cleanup_dirs: list[str] = []
+        self._finalizer: weakref.finalize | None = None
+        self.endpoint = ""  # "http://127.0.0.1:PORT" of nginx, set by start()
+        self.emulator_endpoint = ""  # the emulator itself (single-threaded: not for bulk reads)
+        self.port = 0
+        self.emulator_port = 0
+        self.data_dir = ""
+        self.log_dir = ""
+        self._media_log = ""
+
+    # lifecycle -----------------------------------------------------------------------------------
+
+    def __enter__(self) -> LocalGCS:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> LocalGCS:
+        """Starts the emulator, then nginx, and waits until both answer `GET /` with "OK"."""
+        if self._procs:
+            raise LocalGCSError(f"LocalGCS already running at {self.endpoint}")
+        _check_programs(self.latency_ms)
+        run_dir = tempfile.mkdtemp(prefix="gcsckpt-localgcs-")
+        self._cleanup_dirs.append(run_dir)
+        self._finalizer = weakref.finalize(self, _stop_all, self._procs, self._cleanup_dirs)
+        try:
+            self._prepare_dirs(run_dir)
+            self._start_emulator()
+            self._start_nginx(run_dir)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stops nginx and the emulator (whole process groups) and removes temp folders.
+
+        Idempotent; objects in a caller-given data_dir and logs in a caller-given log_dir stay.
+        """
+        _stop_all(self._procs, self._cleanup_dirs)
+
+    def _prepare_dirs(self, run_dir: str) -> None:
+        self.data_dir = os.path.abspath(self._data_dir_arg or os.path.join(run_dir, "data"))
+        self.log_dir = os.path.abspath(self._log_dir_arg or os.path.join(run_dir, "logs"))
+        for path in (self.data_dir, self.log_dir, os.path.join(self.data_dir, ".cloudstorage")):
+            os.makedirs(path, exist_ok=True)
+
+    def _pick_port(self, fixed: int | None, what: str) -> int:
+        if fixed is None:
+            return free_port()
+        if not port_is_free(fixed):
+            raise LocalGCSError(f"{what} port {LOOPBACK}:{fixed} is already in use")
+        return fixed
+
+    def _start_emulator(self) -> None:
+        log = os.path.join(self.log_dir, "emulator.log")
+        for attempt in range(_START_ATTEMPTS):
+            port = self._pick_port(self._emulator_port_arg, "emulator")
+            argv = [
+                sys.executable,
+                _EMULATOR_MAIN,
+                "--port",
+                str(port),
+                "--data-dir",
+                self.data_dir,
+            ]
+            proc = ManagedProcess("gcp-storage-emulator", argv, log)
+            self._procs.append(proc)
+            if wait_until_ready(LOOPBACK, port, b"OK", self._start_timeout_s, proc.alive):
+                self.emulator_port = port
+                self.emulator_endpoint = f"http://{LOOPBACK}:{port}"
+                return
+            proc.stop()
+            self._procs.remove(proc)
+            if "cannot bind" in proc.log_tail() and self._emulator_port_arg is None:
+                continue  # someone took the picked port: pick another
+            raise LocalGCSError(
+                f"gcp-storage-emulator did not answer on {LOOPBACK}:{port} "
+                f"(attempt {attempt + 1}); log {log}:\n{proc.log_tail()}"
+            )
+        raise LocalGCSError(f"gcp-storage-emulator found no free port in {_START_ATTEMPTS} tries")
+
+    def _start_nginx(self, run_dir: str) -> None:
+        for attempt in range(_START_ATTEMPTS):
+            port = self._pick_port(self._port_arg, "nginx")
+            settings = nginx_config.NginxSettings(
+                listen_port=port,
+                emulator_port=self.emulator_port,
+                objects_root=os.path.join(self.data_dir, ".cloudstorage"),
+                run_dir=run_dir,
+                log_dir=self.log_dir,
+                latency_s=self.latency_ms / 1000.0,
+                rate_bytes_per_s=int(self.stream_mbps * 1e6) if self.stream_mbps else 0,
+                workers=self._workers,
+            )
+            conf = os.path.join(run_dir, "nginx.conf")
+            with open(conf, "w") as out:
+                out.write(nginx_config.render(settings))
+            argv = [nginx_config.NGINX_BIN, "-p", run_dir, "-c", conf, "-e", settings.error_log]
+            proc = ManagedProcess("nginx", [*argv, "-g", "daemon off;"], settings.error_log)
+            self._procs.append(proc)
+            if wait_until_ready(LOOPBACK, port, b"OK", self._start_timeout_s, proc.alive):
+                self.port = port
+                self.endpoint = f"http://{LOOPBACK}:{port}"
+                self._media_log = settings.media_log
+                return
+            proc.stop()
+            self._procs.remove(proc)
+            if "Address already in use" in proc.log_tail() and self._port_arg is None:
+                continue
+            raise LocalGCSError(
+                f"nginx did not answer on {LOOPBACK}:{port} (attempt {attempt + 1}); "
+                f"config {conf}; log {settings.error_log}:\n{proc.log_tail()}"
+            )
+        raise LocalGCSError(f"nginx found no free port in {_START_ATTEMPTS} tries")
+
+    # use ---------------------------------------------------------------------------------------
+
+    def _require_running(self) -> None:
+        if not self._procs:
+            raise LocalGCSError("LocalGCS is not running (use it as a context manager or start())")
+
+    def env(self) -> dict[str, str]:
+        """{"STORAGE_EMULATOR_HOST": endpoint, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}."""
+        self._require_running()
+        return clients.emulator_env(self.endpoint)
+
+    def storage_client(self, project: str = "test"):
+        """google.cloud.storage.Client (AnonymousCredentials) whose requests go to `endpoint`."""
+        self._require_running()
+        return clients.storage_client(self.endpoint, project)
+
+    def gcsfs(self, **options):
+        """gcsfs.GCSFileSystem (token="anon") whose requests go to `endpoint`."""
+        self._require_running()
+        return clients.gcsfs_filesystem(self.endpoint, **options)
+
+    def create_bucket(self, name: str) -> None:
+        """Creates bucket `name`; one that exists already (persistent data_dir) is fine."""
+        self._require_running()
+        json_api.create_bucket(self.endpoint, name)
+
+    def put(self, bucket: str, name: str, data: bytes) -> None:
+        """Writes `data` as gs://bucket/name (through nginx to the emulator).
+
+        Raises:
+          FileNotFoundError: the bucket does not exist.
+        """
+        self._require_running()
+        json_api.upload(self.endpoint, bucket, name, data)
+
+    def get(self, bucket: str, name: str) -> bytes:
+        """The content of gs://bucket/name, by one media GET through nginx.
+
+        Raises:
+          FileNotFoundError: the bucket or the object does not exist.
+        """
+        self._require_running()
+        return json_api.download(self.endpoint, bucket, name)
+
+    def media_requests(self) -> list[MediaRequest]:
+        """Every media read nginx answered so far, in completion order (any status).
+
+        Also works after stop() when log_dir was given (the log stays there).
+        """
+        if not self._media_log:
+            raise LocalGCSError("LocalGCS was never started: no media log to read")
+        return settled_media_log(self._media_log)
+
+    def request_count(self) -> int:
+        """How many media GETs nginx answered so far (any status, 404s included)."""
+        return len(self.media_requests())

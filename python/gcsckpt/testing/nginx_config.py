@@ -1,0 +1,163 @@
+"""The nginx configuration in front of the emulator: media reads from disk, the rest proxied.
+
+Media reads (`GET /download/storage/v1/b/B/o/O?alt=media` and `GET /storage/v1/b/B/o/O?alt=media`)
+are served by nginx's static module from `<data>/.cloudstorage/B/O`, which is exactly where the
+emulator writes object O (checked for '/', '//', a leading '/', spaces, unicode, %, +, #, ?, ;, &).
+nginx percent-decodes the URI (so %2F becomes '/'), `merge_slashes off` keeps 'a//b' intact, and
+the kernel resolves 'a//b' and a leading '/' the same way the emulator's path normalisation does.
+Everything else goes to the emulator unchanged (the raw, still-encoded request URI).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pwd
+
+NGINX_BIN = "/usr/sbin/nginx"
+ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
+
+# Largest send nginx makes between two pacing sleeps when a rate cap is on, bytes.
+PACED_CHUNK_BYTES = 256 * 1024
+
+# Written as one line per media read; parsed by media_log.py (tab separated).
+MEDIA_LOG_FORMAT = "$msec\\t$status\\t$body_bytes_sent\\t$request_time\\t$http_range\\t$request_uri"
+
+_NOT_FOUND_BODY = (
+    '{"error":{"code":404,"message":"No such object or bucket.",'
+    '"errors":[{"domain":"global","reason":"notFound","message":"No such object or bucket."}]}}'
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class NginxSettings:
+    """What the generated config needs.
+
+    Attributes:
+      listen_port: nginx's port on 127.0.0.1.
+      emulator_port: the emulator's port on 127.0.0.1.
+      objects_root: absolute path of `<data>/.cloudstorage`.
+      run_dir: absolute folder for pid and temp files.
+      log_dir: absolute folder for `nginx_error.log` and `nginx_media_access.log`.
+      latency_s: first-byte delay added to every media read, seconds (0: none).
+      rate_bytes_per_s: per-request bandwidth cap on media reads, bytes/s (0: none).
+      workers: nginx worker processes.
+    """
+
+    listen_port: int
+    emulator_port: int
+    objects_root: str
+    run_dir: str
+    log_dir: str
+    latency_s: float = 0.0
+    rate_bytes_per_s: int = 0
+    workers: int = 2
+
+    @property
+    def error_log(self) -> str:
+        return os.path.join(self.log_dir, "nginx_error.log")
+
+    @property
+    def media_log(self) -> str:
+        return os.path.join(self.log_dir, "nginx_media_access.log")
+
+    @property
+    def pid_file(self) -> str:
+        return os.path.join(self.run_dir, "nginx.pid")
+
+
+def _quoted(path: str) -> str:
+    """A path as an nginx string literal; rejects characters nginx would interpret."""
+    bad = [c for c in '"\\$;{}\n\r' if c in path]
+    if bad:
+        raise ValueError(f"path {path!r} contains {bad!r}, which nginx config strings cannot hold")
+    return f'"{path}"'
+
+
+def _user_line() -> str:
+    """As root, run workers as root too: they must read data dirs made by mkdtemp (mode 0700).
+
+    As any other user nginx cannot switch users, and the directive would only warn.
+    """
+    if os.geteuid() != 0:
+        return ""
+    return f"user {pwd.getpwuid(0).pw_name};"
+
+
+def render(s: NginxSettings) -> str:
+    """The complete nginx.conf text for `s` (run with `-p run_dir -c <file> -g 'daemon off;'`)."""
+    temp = {
+        k: _quoted(os.path.join(s.run_dir, k)) for k in ("body", "proxy", "fcgi", "uwsgi", "scgi")
+    }
+    delay_module = f"load_module {_quoted(ECHO_MODULE)};" if s.latency_s > 0 else ""
+    # auth_request runs before the content phase, so the static module still owns Range handling.
+    delay_check = "auth_request /__first_byte_delay;" if s.latency_s > 0 else ""
+    delay_location = (
+        f"location = /__first_byte_delay {{ internal; echo_sleep {max(s.latency_s, 0.001):.3f}; }}"
+        if s.latency_s > 0
+        else ""
+    )
+    # nginx paces by sleeping (bytes just sent / rate) after each send; small sends keep the pace
+    # even (a response's last 256 KiB arrives unpaced).
+    rate = (
+        f"limit_rate {s.rate_bytes_per_s}; sendfile_max_chunk {PACED_CHUNK_BYTES};"
+        if s.rate_bytes_per_s > 0
+        else ""
+    )
+    proxy = (
+        "proxy_pass http://emulator; proxy_http_version 1.1; "
+        'proxy_set_header Connection ""; proxy_set_header Host $http_host; '
+        "proxy_read_timeout 600s; proxy_send_timeout 600s; "
+        "proxy_intercept_errors on; error_page 404 = @not_found;"
+    )
+    return f"""
+{delay_module}
+{_user_line()}
+worker_processes {s.workers};
+pid {_quoted(s.pid_file)};
+error_log {_quoted(s.error_log)} notice;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  log_format gcs_media "{MEDIA_LOG_FORMAT}";
+  client_body_temp_path {temp["body"]};
+  proxy_temp_path {temp["proxy"]};
+  fastcgi_temp_path {temp["fcgi"]};
+  uwsgi_temp_path {temp["uwsgi"]};
+  scgi_temp_path {temp["scgi"]};
+  sendfile on;
+  tcp_nopush on;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+  merge_slashes off;
+  server_tokens off;
+  default_type application/octet-stream;
+  client_max_body_size 0;
+  recursive_error_pages on;
+  map "$request_method:$arg_alt" $gcs_is_media {{ "GET:media" 1; "HEAD:media" 1; default ""; }}
+  upstream emulator {{ server 127.0.0.1:{s.emulator_port}; keepalive 16; }}
+  server {{
+    listen 127.0.0.1:{s.listen_port} backlog=4096;
+    location ~ ^/(?:download/)?storage/v1/b/(?<gcs_bucket>[^/]+)/o/(?<gcs_object>.+)$ {{
+      error_page 418 = @media;
+      if ($gcs_is_media) {{ return 418; }}
+      {proxy}
+    }}
+    location @media {{
+      root {_quoted(s.objects_root)};
+      access_log {_quoted(s.media_log)} gcs_media;
+      {delay_check}
+      {rate}
+      error_page 404 = @not_found;
+      try_files /$gcs_bucket/$gcs_object =404;
+    }}
+    {delay_location}
+    location @not_found {{
+      access_log {_quoted(s.media_log)} gcs_media if=$gcs_is_media;
+      default_type application/json;
+      return 404 '{_NOT_FOUND_BODY}';
+    }}
+    location / {{ {proxy} }}
+  }}
+}}
+"""

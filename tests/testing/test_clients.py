@@ -1,0 +1,64 @@
+"""Stock clients through LocalGCS: google-cloud-storage and gcsfs (the FsspecReader path)."""
+
+import numpy as np
+import pytest
+
+from gcsckpt.testing import emulator_env, gcsfs_filesystem
+
+NAMES = ["ckpt/__0_0.distcp", "ckpt/.metadata", "odd name+%#?/ü.bin"]
+
+
+def test_google_cloud_storage_upload_list_download_delete(gcs):
+    client = gcs.storage_client()
+    bucket = client.create_bucket("gcs-client")
+    payloads = {name: np.random.default_rng(i).bytes(10_000 + i) for i, name in enumerate(NAMES)}
+    for name, data in payloads.items():
+        bucket.blob(name).upload_from_string(data)
+    big = np.random.default_rng(9).bytes(3 << 20)
+    resumable = bucket.blob("resumable.bin", chunk_size=1 << 20)  # 3 resumable chunks
+    resumable.upload_from_string(big)
+    assert sorted(b.name for b in client.list_blobs("gcs-client")) == sorted(
+        [*NAMES, "resumable.bin"]
+    )
+    before = gcs.request_count()
+    for name, data in payloads.items():
+        assert bucket.blob(name).download_as_bytes() == data
+    assert (
+        bucket.blob("resumable.bin").download_as_bytes(start=5, end=1 << 20)
+        == big[5 : (1 << 20) + 1]
+    )
+    assert gcs.request_count() - before == len(NAMES) + 1  # media reads were served by nginx
+    bucket.blob(NAMES[0]).delete()
+    assert NAMES[0] not in {b.name for b in client.list_blobs("gcs-client")}
+    assert gcs.get("gcs-client", NAMES[1]) == payloads[NAMES[1]]
+
+
+def test_gcsfs_write_read_list_ranges_remove(gcs):
+    gcs.create_bucket("fs")
+    fs = gcsfs_filesystem(gcs.endpoint)
+    data = np.random.default_rng(4).bytes(5 << 20)
+    with fs.open("fs/run/__1_0.distcp", "wb") as out:
+        out.write(data)
+    fs.pipe("fs/run/odd name+%.bin", b"small")
+    assert sorted(fs.ls("fs/run", refresh=True)) == ["fs/run/__1_0.distcp", "fs/run/odd name+%.bin"]
+    assert fs.info("fs/run/__1_0.distcp")["size"] == len(data)
+    before = gcs.request_count()
+    with fs.open("fs/run/__1_0.distcp", "rb", block_size=1 << 20) as f:
+        f.seek(3_000_001)
+        assert f.read(100_000) == data[3_000_001:3_100_001]
+    starts, ends = [0, 4096, len(data) - 7], [10, 1 << 20, len(data)]
+    got = fs.cat_ranges(["fs/run/__1_0.distcp"] * 3, starts, ends)
+    assert got == [data[s:e] for s, e in zip(starts, ends, strict=True)]
+    assert fs.cat("fs/run/odd name+%.bin") == b"small"
+    assert gcs.request_count() > before  # reads reached nginx's media path
+    fs.rm("fs/run/odd name+%.bin")
+    assert fs.ls("fs/run", refresh=True) == ["fs/run/__1_0.distcp"]
+    with pytest.raises(FileNotFoundError):
+        fs.cat("fs/run/odd name+%.bin")
+
+
+def test_env_points_clients_at_endpoint(gcs):
+    env = gcs.env()
+    assert env["STORAGE_EMULATOR_HOST"] == gcs.endpoint
+    assert env["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] == "false"
+    assert emulator_env(gcs.endpoint) == env
