@@ -1,0 +1,308 @@
+"""What the runner measured for one (case, reader) pair: the input of ``metrics.case_row``.
+
+All times are seconds; round start/end stamps are Unix-epoch seconds (``time.time()``) taken by
+each rank right before and right after its ``dcp.load``, so the round duration is the last rank's
+end minus the first rank's start. Byte counts are bytes. Nothing here talks to GCS or torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gcsckpt.bench.host import HostFacts
+from gcsckpt.bench.resources import ResourceUsage
+
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+
+# Counter names a reader may report per rank and per load (GCSStorageReader reports all of them;
+# the stock FsspecReader baseline only what the runner can count from the outside).
+COUNT_FIELDS = ("read_items", "ranges", "requests", "bytes_needed", "bytes_fetched", "retries")
+SECONDS_FIELDS = ("fetch_s", "deserialize_s", "copy_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseInfo:
+    """The case's identity and layout (the fields of a catalogue case).
+
+    Attributes:
+      name: case name, e.g. ``load-olmoe_1b_7b_0924-ep-dp8ep8-ws8``.
+      model_id: model name or config source, e.g. ``olmoe_1b_7b_0924``.
+      strategy: layout strategy (``fsdp``, ``hsdp``, ``tp``, ``ep`` ...).
+      world_size: number of ranks.
+      data_parallel_size: dp_shard size.
+      data_parallel_replicate_size: dp_replicate size; also the number of times the checkpoint
+        is read per round (every replica group reads all of it).
+      tensor_parallel_size, pipeline_parallel_size, expert_parallel_size: the other mesh sizes.
+      sweep_axis: catalogue axis that produced the case (``baseline``, ``strategy``, ``model``).
+      model_scale: ``full``, ``scaled`` or ``tiny``; None when not applicable.
+
+    Raises:
+      ValueError: empty name, or a size that is not a positive int.
+    """
+
+    name: str
+    model_id: str
+    strategy: str
+    world_size: int
+    data_parallel_size: int = 1
+    data_parallel_replicate_size: int = 1
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    expert_parallel_size: int = 1
+    sweep_axis: str | None = None
+    model_scale: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("CaseInfo.name must be a non-empty case name")
+        for field in (
+            "world_size",
+            "data_parallel_size",
+            "data_parallel_replicate_size",
+            "tensor_parallel_size",
+            "pipeline_parallel_size",
+            "expert_parallel_size",
+        ):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"case {self.name!r}: {field} must be a positive int, got {value!r}"
+                )
+
+    @classmethod
+    def from_case(cls, case: Any, model_scale: str | None = None) -> CaseInfo:
+        """Builds a CaseInfo from a catalogue case (``gcsckpt.bench.cases.Case``) or look-alike.
+
+        Reads ``name``, the model as ``model_slug`` (else ``model_id``, else ``model``),
+        ``strategy``, ``world_size``, the five ``*_parallel_size`` fields (default 1) and the
+        sweep axis as ``axis`` (or ``sweep_axis``). ``model_scale`` is the run's
+        ``--model_scale``, recorded because the case name does not change with it.
+
+        Raises:
+          ValueError: the object lacks name, model, strategy or world_size.
+        """
+        model = next(
+            (
+                getattr(case, attr)
+                for attr in ("model_slug", "model_id", "model")
+                if getattr(case, attr, None)
+            ),
+            None,
+        )
+        found = {
+            "name": getattr(case, "name", None),
+            "model": model,
+            "strategy": getattr(case, "strategy", None),
+            "world_size": getattr(case, "world_size", None),
+        }
+        missing = [attr for attr, value in found.items() if value is None]
+        if missing:
+            raise ValueError(f"case object {case!r} lacks attributes {missing}")
+        sizes = {
+            field: getattr(case, field, 1)
+            for field in (
+                "data_parallel_size",
+                "data_parallel_replicate_size",
+                "tensor_parallel_size",
+                "pipeline_parallel_size",
+                "expert_parallel_size",
+            )
+        }
+        return cls(
+            name=found["name"],
+            model_id=str(model),
+            strategy=found["strategy"],
+            world_size=found["world_size"],
+            sweep_axis=getattr(case, "axis", None) or getattr(case, "sweep_axis", None),
+            model_scale=model_scale,
+            **sizes,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RankCounters:
+    """One rank's reader counters for one load; None means the reader could not count it.
+
+    Attributes:
+      read_items: DCP ReadItems handled by the rank.
+      ranges: byte ranges after coalescing/splitting.
+      requests: HTTP requests sent (ranged GETs, metadata GETs, retries included).
+      bytes_needed: bytes the rank's ReadItems cover.
+      bytes_fetched: bytes received from storage.
+      retries: requests repeated after a transient error.
+      fetch_s, deserialize_s, copy_s: seconds spent in each stage (summed over threads).
+    """
+
+    read_items: int | None = None
+    ranges: int | None = None
+    requests: int | None = None
+    bytes_needed: int | None = None
+    bytes_fetched: int | None = None
+    retries: int | None = None
+    fetch_s: float | None = None
+    deserialize_s: float | None = None
+    copy_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for field in COUNT_FIELDS:
+            value = getattr(self, field)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise ValueError(
+                    f"counter {field} must be a non-negative int or None, got {value!r}"
+                )
+        for field in SECONDS_FIELDS:
+            value = getattr(self, field)
+            if value is not None and (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ValueError(
+                    f"counter {field} must be finite seconds >= 0 or None, got {value!r}"
+                )
+
+    @classmethod
+    def from_mapping(cls, counters: Mapping[str, Any], rank: int) -> RankCounters:
+        """Builds counters from a reader's dict; unknown keys raise ValueError naming the rank."""
+        unknown = sorted(set(counters) - set(COUNT_FIELDS) - set(SECONDS_FIELDS))
+        if unknown:
+            raise ValueError(f"rank {rank}: unknown reader counters {unknown}")
+        try:
+            return cls(**dict(counters))
+        except ValueError as err:
+            raise ValueError(f"rank {rank}: {err}") from err
+
+    def as_dict(self) -> dict[str, int | float | None]:
+        """The counters as a plain dict (JSON-ready)."""
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundRecord:
+    """One timed round: per-rank start/end stamps (Unix seconds) and optional per-rank counters.
+
+    Raises:
+      ValueError: lists of different lengths, empty lists, non-finite stamps, or an end before
+        its start (the message names the rank).
+    """
+
+    rank_start_unix_s: Sequence[float]
+    rank_end_unix_s: Sequence[float]
+    rank_counters: Sequence[RankCounters] | None = None
+
+    def __post_init__(self) -> None:
+        starts, ends = self.rank_start_unix_s, self.rank_end_unix_s
+        if not starts or len(starts) != len(ends):
+            raise ValueError(
+                f"round needs one start and one end per rank, got {len(starts)} starts and "
+                f"{len(ends)} ends"
+            )
+        if self.rank_counters is not None and len(self.rank_counters) != len(starts):
+            raise ValueError(
+                f"round has counters for {len(self.rank_counters)} ranks but timings for "
+                f"{len(starts)}"
+            )
+        for rank, (start, end) in enumerate(zip(starts, ends, strict=True)):
+            if not (math.isfinite(start) and math.isfinite(end)) or end < start:
+                raise ValueError(f"rank {rank}: bad round stamps start={start!r} end={end!r}")
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the first rank's start to the last rank's end."""
+        return max(self.rank_end_unix_s) - min(self.rank_start_unix_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseResult:
+    """Everything measured for one case under one reader.
+
+    Attributes:
+      case: the case.
+      reader: reader name (``gcsckpt``, ``fsspec``, ...); becomes ``workload_implementation``.
+      rounds: the completed timed rounds, in order.
+      status: ``ok`` or ``failed``.
+      error_message: why the case failed (required when failed, None when ok).
+      checksums_verified: every loaded tensor matched its save-time checksum.
+      checkpoint_physical_size_bytes: stored bytes of the checkpoint's objects (.distcp and
+        .metadata).
+      checkpoint_object_count: number of those objects.
+      reader_options: the reader's settings (JSON-serializable values).
+      resources: process-tree CPU/memory/network during the timed rounds.
+    """
+
+    case: CaseInfo
+    reader: str
+    rounds: Sequence[RoundRecord] = ()
+    status: str = STATUS_OK
+    error_message: str | None = None
+    checksums_verified: bool = False
+    checkpoint_physical_size_bytes: int | None = None
+    checkpoint_object_count: int | None = None
+    reader_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    resources: ResourceUsage | None = None
+
+    def __post_init__(self) -> None:
+        where = f"case {self.case.name!r} reader {self.reader!r}"
+        if not self.reader:
+            raise ValueError(f"case {self.case.name!r}: reader name is empty")
+        if self.status not in (STATUS_OK, STATUS_FAILED):
+            raise ValueError(f"{where}: status must be 'ok' or 'failed', got {self.status!r}")
+        if self.status == STATUS_FAILED and not self.error_message:
+            raise ValueError(f"{where}: a failed result needs an error_message")
+        if self.status == STATUS_OK and self.error_message:
+            raise ValueError(f"{where}: an ok result cannot carry error {self.error_message!r}")
+        if self.status == STATUS_OK and not self.rounds:
+            raise ValueError(f"{where}: an ok result needs at least one round")
+        for index, record in enumerate(self.rounds):
+            if len(record.rank_start_unix_s) != self.case.world_size:
+                raise ValueError(
+                    f"{where}: round {index} has {len(record.rank_start_unix_s)} ranks, "
+                    f"world_size is {self.case.world_size}"
+                )
+        size = self.checkpoint_physical_size_bytes
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+            raise ValueError(f"{where}: checkpoint_physical_size_bytes must be an int >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunContext:
+    """Facts shared by every row of one benchmark invocation.
+
+    Attributes:
+      run_id: unique id of the invocation (e.g. its timestamped output folder name).
+      started_at: when the invocation started; must be timezone-aware.
+      host: host facts (``host.collect_host_facts()``).
+      storage_endpoint: ``local`` (embedded emulator + nginx) or ``gcs``.
+      gcs_bucket_name: bucket holding the checkpoints.
+      distributed_backend: ``gloo`` or ``nccl``.
+      compute_accelerator_type: ``cpu`` or ``gpu``.
+      endpoint_modelled_latency_ms: first-byte latency added by the modelled remote endpoint.
+      endpoint_modelled_stream_mbps: per-stream bandwidth cap of the modelled endpoint, MB/s.
+
+    Raises:
+      ValueError: empty run_id or a naive ``started_at``.
+    """
+
+    run_id: str
+    started_at: datetime.datetime
+    host: HostFacts
+    storage_endpoint: str = "local"
+    gcs_bucket_name: str | None = None
+    distributed_backend: str | None = None
+    compute_accelerator_type: str | None = None
+    endpoint_modelled_latency_ms: float | None = None
+    endpoint_modelled_stream_mbps: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.run_id:
+            raise ValueError("RunContext.run_id must be non-empty")
+        if self.started_at.tzinfo is None:
+            raise ValueError("RunContext.started_at must be timezone-aware (use UTC)")

@@ -1,0 +1,209 @@
+"""CPU, memory and network use of a process tree (runner + rank processes), sampled with psutil.
+
+A background thread samples, every ``interval_s``, each live process of the tree (the root and
+all its descendants): CPU seconds (user + system) and resident set size. ``summarize`` turns the
+samples into peaks. Limits, by design of the method: CPU used by a process that starts and exits
+between two samples is missed; RSS summed over processes counts shared pages (libraries, shared
+memory) once per process, so it overstates the physical total; network bytes are host-wide over
+all interfaces, loopback included (the local GCS endpoint's traffic is on loopback).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Mapping, Sequence
+
+import psutil
+
+# A process is keyed by (pid, create time) so a reused pid is not mistaken for its predecessor.
+ProcessKey = tuple[int, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class TreeSample:
+    """One sample of the tree.
+
+    Attributes:
+      time_s: ``time.monotonic()`` seconds when the sample was taken.
+      cpu_seconds: per process, cumulative user+system CPU seconds.
+      rss_bytes: per process, resident set size in bytes.
+    """
+
+    time_s: float
+    cpu_seconds: Mapping[ProcessKey, float]
+    rss_bytes: Mapping[ProcessKey, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceUsage:
+    """Resource use over a sampling window.
+
+    Attributes:
+      duration_s: seconds from the first to the last sample.
+      sample_count: number of samples.
+      cpu_peak_cores: highest CPU use between two consecutive samples, in cores (CPU seconds per
+        second) summed over the tree.
+      cpu_mean_cores: CPU seconds used by the tree in the window divided by ``duration_s``.
+      memory_peak_bytes: highest sum of RSS over the tree in one sample.
+      memory_peak_bytes_per_process_max: highest RSS of any single process.
+      network_received_bytes, network_sent_bytes: host-wide bytes over the window.
+    """
+
+    duration_s: float
+    sample_count: int
+    cpu_peak_cores: float
+    cpu_mean_cores: float
+    memory_peak_bytes: int
+    memory_peak_bytes_per_process_max: int
+    network_received_bytes: int
+    network_sent_bytes: int
+
+
+def summarize(
+    samples: Sequence[TreeSample],
+    network_received_bytes: int,
+    network_sent_bytes: int,
+) -> ResourceUsage:
+    """Computes ResourceUsage from samples in time order.
+
+    A process first seen after the first sample is counted from zero CPU seconds (it started in
+    the window). Raises ValueError if there are fewer than two samples or times go backwards.
+    """
+    if len(samples) < 2:
+        raise ValueError(f"need at least two samples to measure resource use, got {len(samples)}")
+    peak_cores = 0.0
+    for prev, cur in zip(samples, samples[1:], strict=False):
+        elapsed = cur.time_s - prev.time_s
+        if elapsed <= 0:
+            raise ValueError(f"samples out of order: {prev.time_s} then {cur.time_s}")
+        used = sum(
+            max(0.0, cpu - prev.cpu_seconds.get(key, 0.0)) for key, cpu in cur.cpu_seconds.items()
+        )
+        peak_cores = max(peak_cores, used / elapsed)
+
+    first_cpu = samples[0].cpu_seconds
+    last_cpu: dict[ProcessKey, float] = {}
+    for sample in samples:
+        last_cpu.update(sample.cpu_seconds)
+    total_cpu = sum(max(0.0, cpu - first_cpu.get(key, 0.0)) for key, cpu in last_cpu.items())
+    duration = samples[-1].time_s - samples[0].time_s
+
+    return ResourceUsage(
+        duration_s=duration,
+        sample_count=len(samples),
+        cpu_peak_cores=peak_cores,
+        cpu_mean_cores=total_cpu / duration,
+        memory_peak_bytes=max(sum(s.rss_bytes.values()) for s in samples),
+        memory_peak_bytes_per_process_max=max(
+            (rss for s in samples for rss in s.rss_bytes.values()), default=0
+        ),
+        network_received_bytes=network_received_bytes,
+        network_sent_bytes=network_sent_bytes,
+    )
+
+
+def sample_tree(root_pid: int) -> TreeSample:
+    """Samples the root process and its descendants now; processes that vanish are skipped.
+
+    Raises psutil.NoSuchProcess if the root itself does not exist.
+    """
+    root = psutil.Process(root_pid)
+    cpu: dict[ProcessKey, float] = {}
+    rss: dict[ProcessKey, int] = {}
+    try:
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        procs = []
+    now = time.monotonic()
+    for proc in procs:
+        try:
+            with proc.oneshot():
+                key = (proc.pid, proc.create_time())
+                times = proc.cpu_times()
+                cpu[key] = times.user + times.system
+                rss[key] = proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return TreeSample(time_s=now, cpu_seconds=cpu, rss_bytes=rss)
+
+
+class ResourceSampler:
+    """Samples a process tree on a background thread between ``start()`` and ``stop()``.
+
+    Use as a context manager; ``usage`` holds the result after exit::
+
+        with ResourceSampler() as sampler:
+            run_rounds()
+        print(sampler.usage.cpu_peak_cores)
+
+    Args:
+      root_pid: root of the tree; defaults to this process.
+      interval_s: seconds between samples (> 0).
+    """
+
+    def __init__(self, root_pid: int | None = None, interval_s: float = 0.25) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self._root_pid = os.getpid() if root_pid is None else root_pid
+        self._interval_s = interval_s
+        self._samples: list[TreeSample] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._net_start: tuple[int, int] = (0, 0)
+        self.usage: ResourceUsage | None = None
+
+    @staticmethod
+    def _network_counters() -> tuple[int, int]:
+        counters = psutil.net_io_counters()
+        return counters.bytes_recv, counters.bytes_sent
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self._samples.append(sample_tree(self._root_pid))
+            except psutil.NoSuchProcess:
+                return
+
+    def start(self) -> None:
+        """Takes the first sample and starts the sampling thread. Raises RuntimeError if running."""
+        if self._thread is not None:
+            raise RuntimeError("ResourceSampler already started")
+        self._samples = [sample_tree(self._root_pid)]
+        self._net_start = self._network_counters()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="resource-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> ResourceUsage:
+        """Stops sampling, takes a last sample and returns (and stores in ``usage``) the result."""
+        if self._thread is None:
+            raise RuntimeError("ResourceSampler was not started")
+        self._stop.set()
+        self._thread.join()
+        self._thread = None
+        recv_end, sent_end = self._network_counters()
+        try:
+            self._samples.append(sample_tree(self._root_pid))
+        except psutil.NoSuchProcess:
+            pass
+        if len(self._samples) < 2:
+            # The root exited right away: repeat the lone sample so the window is well defined.
+            only = self._samples[0]
+            later = max(time.monotonic(), only.time_s + 1e-6)
+            self._samples.append(dataclasses.replace(only, time_s=later))
+        self.usage = summarize(
+            self._samples,
+            network_received_bytes=recv_end - self._net_start[0],
+            network_sent_bytes=sent_end - self._net_start[1],
+        )
+        return self.usage
+
+    def __enter__(self) -> ResourceSampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

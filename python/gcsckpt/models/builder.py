@@ -1,0 +1,52 @@
+"""Builds transformers causal-LM models on the ``meta`` device in bf16 (no storage allocated)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from gcsckpt.models.configs import ModelSpec, config_dict, parse_model_spec, to_hf_config
+
+
+def build_meta_model(model: ModelSpec | str | dict[str, Any]) -> nn.Module:
+    """Returns the model for a spec (or a config dict) with every parameter on ``meta``, bf16.
+
+    The structure is transformers 4.46.3's (``OlmoeForCausalLM``: one ``OlmoeMLP`` module per
+    expert under ``model.layers.<L>.mlp.experts.<i>``; ``LlamaForCausalLM``), so parameter FQNs are
+    the published checkpoint names. Materialize with ``gcsckpt.models.state.materialize``.
+
+    Raises:
+      ModelSpecError: unknown spec or unreadable config.
+    """
+    from transformers import AutoModelForCausalLM
+
+    if isinstance(model, dict):
+        config = model
+    else:
+        config = config_dict(parse_model_spec(model) if isinstance(model, str) else model)
+    hf_config = to_hf_config(config)
+    with torch.device("meta"):
+        built = AutoModelForCausalLM.from_config(
+            hf_config, torch_dtype=torch.bfloat16, attn_implementation="eager"
+        )
+    return built
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList | nn.ModuleDict:
+    """The container of decoder layers (``model.model.layers``) of a causal LM.
+
+    Raises:
+      TypeError: the model has no ``model.layers`` container.
+    """
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if not isinstance(layers, nn.ModuleList | nn.ModuleDict):
+        raise TypeError(f"{type(model).__name__} has no model.layers container of decoder layers")
+    return layers
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of parameter elements (global shapes for DTensors; works on ``meta``)."""
+    return sum(p.numel() for p in model.parameters())
