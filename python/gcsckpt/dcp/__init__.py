@@ -1,0 +1,30 @@
+"""DCP storage for gs:// checkpoints: GCSStorageReader (fast ranged loads) and GCSStorageWriter.
+
+Usage::
+
+    import torch.distributed.checkpoint as dcp
+    from gcsckpt.dcp import GCSLoadPlanner, GCSStorageReader, GCSStorageWriter
+
+    dcp.save(state_dict, storage_writer=GCSStorageWriter("gs://bucket/ckpt/step100"))
+    reader = GCSStorageReader("gs://bucket/ckpt/step100")
+    dcp.load(state_dict, storage_reader=reader, planner=GCSLoadPlanner())  # planner optional
+    print(reader.load_stats)
+"""
+
+from gcsckpt.dcp.load_stats import CheckpointReadError, LoadStats
+from gcsckpt.dcp.metadata_codec import UnsafeMetadataError
+from gcsckpt.dcp.objects import ObjectStore, ObjectStoreError
+from gcsckpt.dcp.planner import GCSLoadPlanner
+from gcsckpt.dcp.reader import GCSStorageReader
+from gcsckpt.dcp.writer import GCSStorageWriter
+
+__all__ = [
+    "CheckpointReadError",
+    "GCSLoadPlanner",
+    "GCSStorageReader",
+    "GCSStorageWriter",
+    "LoadStats",
+    "ObjectStore",
+    "ObjectStoreError",
+    "UnsafeMetadataError",
+]

@@ -1,0 +1,72 @@
+"""Per-load counters of GCSStorageReader, and the one error type a failed load raises."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+class CheckpointReadError(IOError):
+    """A DCP load from GCS failed; the message names rank, gs:// object, byte range and cause.
+
+    Attributes:
+        rank: the rank that failed. failures: list of dicts (bucket, object, offset, length,
+            cause) for every failed byte range known.
+    """
+
+    def __init__(self, rank: int, failures: list[dict], summary: str = "") -> None:
+        self.rank = rank
+        self.failures = failures
+        self.summary = summary
+        lines = [
+            f"gs://{f['bucket']}/{f['object']} bytes={f['offset']}-{f['offset'] + f['length'] - 1}"
+            f": {f['cause']}"
+            for f in failures
+        ]
+        head = f"rank {rank}: checkpoint load failed" + (f" ({summary})" if summary else "")
+        super().__init__(head + ": " + "; ".join(lines))
+
+    def __reduce__(self):
+        # DCP pickles a failed rank's exception to every rank; rebuild it from its fields.
+        return (type(self), (self.rank, self.failures, self.summary))
+
+
+@dataclass
+class LoadStats:
+    """What one `read_data` did (all counts for this rank only).
+
+    read_items: ReadItems in the plan (tensor_items + bytes_items). direct_items: tensor items
+    whose bytes went straight into the target tensor. objects: distinct objects read.
+    ranges: byte ranges handed to the range reader. requests: HTTP GETs it sent (after
+    coalescing/splitting, retries included). bytes_needed: bytes of the ranges. bytes_fetched:
+    bytes received from the endpoint. retries: retried requests. windows: memory windows.
+    metadata_requests/metadata_bytes/metadata_s: the `.metadata` GET. plan_s: building ranges.
+    fetch_s: first submit to last completion. wait_s: time blocked waiting for bytes.
+    deserialize_s: decoding archives / BYTE_IO (incl. planner.load_bytes). copy_s: narrow, copy
+    into targets, commit_tensor. total_s: the whole read_data call. Times in seconds.
+    """
+
+    rank: int = 0
+    read_items: int = 0
+    tensor_items: int = 0
+    bytes_items: int = 0
+    direct_items: int = 0
+    objects: int = 0
+    ranges: int = 0
+    requests: int = 0
+    bytes_needed: int = 0
+    bytes_fetched: int = 0
+    retries: int = 0
+    windows: int = 0
+    metadata_requests: int = 0
+    metadata_bytes: int = 0
+    metadata_s: float = 0.0
+    plan_s: float = 0.0
+    fetch_s: float = 0.0
+    wait_s: float = 0.0
+    deserialize_s: float = 0.0
+    copy_s: float = 0.0
+    total_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        """Plain dict (for JSON/CSV publishers)."""
+        return asdict(self)

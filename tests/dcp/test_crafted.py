@@ -1,0 +1,150 @@
+"""Crafted or damaged checkpoints in a local GCS endpoint: each load fails with a clear error
+(rank, object, byte range, cause) and never reports bad data as loaded."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
+from gcsckpt.testing import LocalGCS
+
+BUCKET = "crafted"
+OBJECT = "__0_0.distcp"
+
+
+def _state():
+    return {"w": torch.arange(600, dtype=torch.float32), "b": torch.ones(4, 4), "m": {"k": 1}}
+
+
+def _blank():
+    return {"w": torch.zeros(600), "b": torch.zeros(4, 4), "m": {"k": 0}}
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    with LocalGCS() as endpoint:
+        endpoint.create_bucket(BUCKET)
+        url = f"gs://{BUCKET}/good"
+        writer = GCSStorageWriter(url, endpoint=endpoint.endpoint, thread_count=1)
+        dcp.save(_state(), storage_writer=writer)
+        yield endpoint
+
+
+def _variant(gcs, name, *, metadata=None, data=None):
+    """Copies the good checkpoint to `name` with a replaced `.metadata` and/or object."""
+    good_md = pickle.loads(gcs.get(BUCKET, "good/.metadata"))
+    gcs.put(BUCKET, f"{name}/.metadata", metadata(good_md) if metadata else pickle.dumps(good_md))
+    if data is not False:
+        good = gcs.get(BUCKET, f"good/{OBJECT}")
+        gcs.put(BUCKET, f"{name}/{OBJECT}", data(good) if data else good)
+    return f"gs://{BUCKET}/{name}"
+
+
+def _with_info(fqn, **changes):
+    def edit(metadata) -> bytes:
+        for index, info in metadata.storage_data.items():
+            if index.fqn == fqn:
+                fields = dict(
+                    relative_path=info.relative_path, offset=info.offset, length=info.length
+                )
+                metadata.storage_data[index] = _StorageInfo(**{**fields, **changes})
+        return pickle.dumps(metadata)
+
+    return edit
+
+
+def _load_fails(gcs, url, match):
+    state = _blank()
+    with pytest.raises(CheckpointException, match=match):
+        dcp.load(state, storage_reader=GCSStorageReader(url, endpoint=gcs.endpoint))
+    return state
+
+
+def test_good_checkpoint_loads(gcs):
+    state = _blank()
+    dcp.load(state, storage_reader=GCSStorageReader(f"gs://{BUCKET}/good", endpoint=gcs.endpoint))
+    assert torch.equal(state["w"], _state()["w"]) and state["m"] == {"k": 1}
+
+
+class _Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_malicious_pickle_is_refused_and_never_runs(gcs, tmp_path):
+    marker = tmp_path / "pwned"
+
+    def evil(metadata) -> bytes:
+        metadata.planner_data = _Payload(str(marker))
+        return pickle.dumps(metadata)
+
+    url = _variant(gcs, "evil", metadata=evil)
+    state = _load_fails(gcs, url, r"gs://crafted/evil/\.metadata: global (posix|os)\.system")
+    assert not marker.exists()
+    assert torch.count_nonzero(state["w"]) == 0 and state["m"] == {"k": 0}
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [("../good/" + OBJECT, "'\\.\\.'"), ("/etc/passwd", "absolute"), ("gs://x/y", "scheme")],
+)
+def test_paths_outside_the_checkpoint_are_refused(gcs, path, why):
+    url = _variant(
+        gcs, f"path{abs(hash(path)) % 1000}", metadata=_with_info("w", relative_path=path)
+    )
+    state = _load_fails(gcs, url, why)
+    assert torch.count_nonzero(state["w"]) == 0 and torch.count_nonzero(state["b"]) == 0
+
+
+def test_length_past_object_end(gcs):
+    url = _variant(gcs, "too-long", metadata=_with_info("w", length=10**6))
+    state = _load_fails(gcs, url, rf"rank 0: .*gs://crafted/too-long/{OBJECT} bytes=\d+-\d+: ")
+    assert torch.count_nonzero(state["w"]) == 0
+
+
+def test_length_too_short(gcs):
+    good_md = pickle.loads(gcs.get(BUCKET, "good/.metadata"))
+    info = next(i for x, i in good_md.storage_data.items() if x.fqn == "w")
+    url = _variant(gcs, "too-short", metadata=_with_info("w", length=info.length - 100))
+    end = info.offset + info.length - 101
+    state = _load_fails(
+        gcs, url, rf"rank 0: .*{OBJECT} bytes={info.offset}-{end}: FQN 'w': .*archive"
+    )
+    assert torch.count_nonzero(state["w"]) == 0
+
+
+def test_truncated_object(gcs):
+    url = _variant(gcs, "truncated", data=lambda raw: raw[: len(raw) // 2])
+    state = _load_fails(gcs, url, rf"rank 0: .*gs://crafted/truncated/{OBJECT} bytes=\d+-\d+: ")
+    assert torch.count_nonzero(state["b"]) == 0 or torch.count_nonzero(state["w"]) == 0
+
+
+def test_missing_object(gcs):
+    url = _variant(gcs, "missing", data=False)
+    _load_fails(gcs, url, rf"gs://crafted/missing/{OBJECT} bytes=\d+-\d+: .*404")
+
+
+def test_corrupted_archive_bytes(gcs):
+    def scramble(raw: bytes) -> bytes:
+        return bytes(b ^ 0x5A for b in raw)
+
+    url = _variant(gcs, "scrambled", data=scramble)
+    state = _load_fails(
+        gcs, url, rf"rank 0: .*scrambled/{OBJECT} bytes=\d+-\d+: FQN '(w|b|m\.k)': "
+    )
+    assert torch.count_nonzero(state["w"]) == 0 and torch.count_nonzero(state["b"]) == 0
+
+
+def test_variants_were_really_uploaded(gcs):
+    names = ObjectStore(gcs.endpoint).list(BUCKET, "good/")
+    assert sorted(names) == ["good/.metadata", f"good/{OBJECT}"]

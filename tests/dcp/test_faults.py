@@ -1,0 +1,134 @@
+"""Endpoint faults (gcsckpt.testing.FaultProxy) during loads and saves: transient ones are
+retried and the values are exact; permanent ones end in one clear error and nothing is loaded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.io import RetryPolicy
+from gcsckpt.testing import Fault, FaultProxy, LocalGCS
+
+BUCKET = "faults"
+DATA = "good/__0_0.distcp"
+
+
+def _state():
+    return {
+        "w": torch.arange(512 * 1024, dtype=torch.float32),  # 2 MiB: faults can strike mid-body
+        "b": torch.ones(8, 8, dtype=torch.bfloat16),
+        "m": {"step": 3},
+    }
+
+
+def _blank():
+    return {
+        "w": torch.zeros(512 * 1024),
+        "b": torch.zeros(8, 8, dtype=torch.bfloat16),
+        "m": {"step": 0},
+    }
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    with LocalGCS() as endpoint:
+        endpoint.create_bucket(BUCKET)
+        writer = GCSStorageWriter(f"gs://{BUCKET}/good", endpoint=endpoint.endpoint, thread_count=1)
+        dcp.save(_state(), storage_writer=writer)
+        yield endpoint
+
+
+def _load(endpoint, url=f"gs://{BUCKET}/good", **kw):
+    state = _blank()
+    reader = GCSStorageReader(url, endpoint=endpoint, **kw)
+    dcp.load(state, storage_reader=reader)
+    return state, reader.load_stats
+
+
+def _exact(state):
+    want = _state()
+    return (
+        torch.equal(state["w"], want["w"])
+        and torch.equal(state["b"], want["b"])
+        and state["m"] == want["m"]
+    )
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        Fault(kind="status", status=503, count=3, object_name=DATA),
+        Fault(kind="status", status=429, count=1, object_name=DATA),
+        Fault(kind="reset_mid_body", count=2, object_name=DATA),
+        Fault(kind="short_body", count=1, object_name=DATA),
+        Fault(kind="wrong_content_range", count=1, object_name=DATA),
+        Fault(kind="stall", stall_s=1.0, count=1, object_name=DATA),
+    ],
+    ids=lambda f: f"{f.kind}-{f.status}" if f.kind == "status" else f.kind,
+)
+def test_transient_data_faults_are_retried(gcs, fault):
+    with FaultProxy(gcs.endpoint, [fault]) as proxy:
+        state, stats = _load(proxy.endpoint, retry=RetryPolicy(initial_backoff_s=0.01))
+        assert proxy.counts[fault.kind] >= 1
+    assert _exact(state)
+    if fault.kind != "stall":  # a stall only delays the answer
+        assert stats.retries >= 1
+
+
+def test_metadata_get_is_retried(gcs):
+    fault = Fault(kind="status", status=503, count=2, object_name="good/.metadata")
+    with FaultProxy(gcs.endpoint, [fault]) as proxy:
+        state, stats = _load(proxy.endpoint)
+        assert proxy.counts["status"] == 2
+    assert _exact(state) and stats.metadata_requests == 1
+
+
+@pytest.mark.parametrize(("status", "label"), [(503, "HTTP 503"), (404, "404")])
+def test_permanent_failure_is_one_clear_error(gcs, status, label):
+    fault = Fault(kind="status", status=status, count=None, object_name=DATA)
+    retry = RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
+    with FaultProxy(gcs.endpoint, [fault]) as proxy:
+        state = _blank()
+        reader = GCSStorageReader(f"gs://{BUCKET}/good", endpoint=proxy.endpoint, retry=retry)
+        with pytest.raises(CheckpointException) as info:
+            dcp.load(state, storage_reader=reader)
+    message = str(info.value)
+    assert f"rank 0: checkpoint load failed: gs://{BUCKET}/{DATA} bytes=0-" in message
+    assert label in message
+    assert torch.count_nonzero(state["w"]) == 0 and state["m"] == {"step": 0}
+
+
+def test_upload_faults_are_retried(gcs):
+    faults = [
+        Fault(
+            kind="status", status=503, count=2, media_only=False, object_name="retried/.metadata"
+        ),
+        Fault(
+            kind="status", status=500, count=1, media_only=False, object_name="retried/__0_0.distcp"
+        ),
+    ]
+    with FaultProxy(gcs.endpoint, faults) as proxy:
+        writer = GCSStorageWriter(f"gs://{BUCKET}/retried", endpoint=proxy.endpoint, thread_count=1)
+        dcp.save(_state(), storage_writer=writer)
+        assert proxy.injected_per_fault[1] == 1 and proxy.injected_per_fault[0] >= 1
+    state, _ = _load(gcs.endpoint, url=f"gs://{BUCKET}/retried")
+    assert _exact(state)
+
+
+@pytest.mark.parametrize("nth", [2, 3, 4])
+@pytest.mark.parametrize("kind", ["status", "reset_mid_body"])
+def test_resumable_upload_resumes_after_a_failed_request(gcs, nth, kind):
+    import os
+
+    from gcsckpt.dcp import ObjectStore
+
+    data = os.urandom(20 << 20)  # 3 chunks of 8 MiB: start, PUT, PUT, final PUT
+    name = f"resumable/{kind}{nth}"
+    with FaultProxy(gcs.endpoint, [Fault(kind=kind, nth=nth, media_only=False)]) as proxy:
+        with ObjectStore(proxy.endpoint).open_upload(BUCKET, name, chunk_bytes=8 << 20) as out:
+            out.write(data)
+        assert proxy.counts[kind] == 1
+    assert gcs.get(BUCKET, name) == data
