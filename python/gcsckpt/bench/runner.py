@@ -1,0 +1,327 @@
+"""The checkpoint-load benchmark: per case, set up once, then timed rounds with each reader.
+
+For every selected case: make sure a complete checkpoint with the run's config hash is stored
+(else save one in a setup job), then run each reader's timed rounds in a load job on fresh rank
+processes, sampling the process tree's CPU and memory meanwhile. A failure (setup, a rank, a
+verification) fails that case and reader only; the run goes on and publishes every row: results
+JSON/CSV, Markdown tables with the gcsckpt/fsspec ratio on stdout, a PNG chart and, if asked,
+BigQuery rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from rich.console import Console
+
+from gcsckpt.bench.case_result import CaseInfo, CaseResult, RunContext
+from gcsckpt.bench.cases import Case
+from gcsckpt.bench.host import collect_host_facts, package_version
+from gcsckpt.bench.metrics import case_row
+from gcsckpt.bench.progress import ProgressDisplay
+from gcsckpt.bench.publish.report import PublishedReport, publish_report
+from gcsckpt.bench.resources import ResourceSampler
+from gcsckpt.bench.runner_cases import select_run_cases
+from gcsckpt.bench.runner_config import BASELINE_READER, RunConfig
+from gcsckpt.bench.runner_launch import JobError, SpawnLauncher
+from gcsckpt.bench.runner_manifest import (
+    SetupManifest,
+    delete_prefix,
+    read_manifest,
+    reusable,
+    write_manifest,
+)
+from gcsckpt.bench.runner_results import load_result
+from gcsckpt.bench.runner_storage import BenchStorage
+from gcsckpt.bench.worker import RankFailure, backend_for
+from gcsckpt.bench.worker_jobs import SAVE_SEED, LoadJob, SetupJob, Storage
+from gcsckpt.parallel.app_state import case_config_hash
+
+CANDIDATE_READER = "gcsckpt"
+RESULTS_ROOT = os.path.join("~", ".cache", "gcsckpt", "results")
+
+
+class SetupError(RuntimeError):
+    """A case's checkpoint could not be saved; the message names the case and the ranks' errors."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """What a run produced.
+
+    Attributes:
+      run_id: the invocation's id (also its output folder's name by default).
+      output_dir: where results.json/.csv and the PNG are.
+      results: one CaseResult per (case, reader), in run order.
+      report: the published report (rows with ratios, file paths, Markdown); None off rank 0.
+    """
+
+    run_id: str
+    output_dir: Path
+    results: list[CaseResult]
+    report: PublishedReport | None
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        """The (case, reader) results that failed."""
+        return [r for r in self.results if r.status != "ok"]
+
+
+class _QuietDisplay:
+    """Stands in for ProgressDisplay on torchrun ranks other than 0."""
+
+    @contextlib.contextmanager
+    def phase(self, name: str, total: float | None = None) -> Iterator[None]:
+        yield None
+
+    def drain(self, queue: Any) -> int:
+        return 0
+
+
+def reader_options(reader: str) -> dict[str, Any]:
+    """What identifies a reader's setup in the results (the readers run with their defaults)."""
+    if reader == CANDIDATE_READER:
+        return {"class": "gcsckpt.dcp.GCSStorageReader", "options": "defaults"}
+    return {
+        "class": "torch.distributed.checkpoint._fsspec_filesystem.FsspecReader",
+        "filesystem": "gcsfs",
+        "gcsfs_version": package_version("gcsfs"),
+        "fsspec_version": package_version("fsspec"),
+        "options": "defaults",
+    }
+
+
+def new_run_id(now: datetime.datetime) -> str:
+    """``YYYYmmddTHHMMSSZ-xxxxxx``: sortable and unique."""
+    return f"{now.strftime('%Y%m%dT%H%M%SZ')}-{uuid.uuid4().hex[:6]}"
+
+
+def rounds_note(config: RunConfig, cases: list[Case]) -> str:
+    """One line saying how many timed rounds each reader runs (they may differ)."""
+    if not cases:
+        return "No cases selected."
+    per_reader = []
+    for reader in config.readers:
+        counts = sorted({config.rounds_for(reader, c.rounds) for c in cases})
+        per_reader.append(f"{reader} {'/'.join(str(n) for n in counts)}")
+    note = f"Timed rounds per case: {', '.join(per_reader)}."
+    candidate_most = max(config.rounds_for(CANDIDATE_READER, c.rounds) for c in cases)
+    if (
+        BASELINE_READER in config.readers
+        and config.baseline_rounds is not None
+        and config.baseline_rounds < candidate_most
+    ):
+        note += (
+            f" The stock {BASELINE_READER} baseline runs fewer (--baseline_rounds="
+            f"{config.baseline_rounds}): it needs minutes per round on these cases."
+        )
+    return note
+
+
+class _Run:
+    """State of one invocation (storage, launcher, display) and the per-case steps."""
+
+    def __init__(
+        self, config: RunConfig, storage: BenchStorage, launcher: Any, display: Any, out: TextIO
+    ) -> None:
+        self.config = config
+        self.storage = storage
+        self.launcher = launcher
+        self.display = display
+        self.out = out
+
+    def say(self, text: str) -> None:
+        if self.launcher.is_leader:
+            print(text, file=self.out, flush=True)
+
+    def ensure_checkpoint(self, case: Case, spec: Storage) -> SetupManifest:
+        """The case's manifest, after saving the checkpoint if no reusable one is stored.
+
+        Raises:
+          SetupError: a rank failed to save; or the save left no ``.metadata``.
+        """
+        config_hash = case_config_hash(case, seed=SAVE_SEED)
+        client = self.storage.client if self.launcher.is_leader else None
+        why, manifest = None, None
+        if self.launcher.is_leader:
+            manifest = read_manifest(client, spec)
+            why = reusable(client, spec, manifest, config_hash, case.world_size)
+            if why is None and self.config.force_setup:
+                why = "--force_setup"
+        why = self.launcher.agree(why)
+        if why is None:
+            self.say(f"{case.name}: reusing the checkpoint at {spec.checkpoint_url}")
+            return self.launcher.agree(manifest)
+        if self.launcher.is_leader:
+            delete_prefix(client, spec.bucket, spec.checkpoint_prefix)
+            delete_prefix(client, spec.bucket, spec.setup_prefix)
+        self.launcher.agree(None)  # nobody saves before the old objects are gone
+        job = SetupJob(case, spec, self.config.device)
+        with self.display.phase(f"{job.label} ({why})"):
+            try:
+                gathered = self.launcher.run(job, self.display.drain)
+            except JobError as err:
+                raise SetupError(str(err)) from err
+        failures = [g.message for g in gathered if isinstance(g, RankFailure)]
+        if failures:
+            raise SetupError(f"{job.label}: {'; '.join(failures[:4])}")
+        if self.launcher.is_leader:
+            manifest = write_manifest(client, spec, case.name, config_hash, case.world_size)
+        return self.launcher.agree(manifest)
+
+    def load(
+        self, case: Case, info: CaseInfo, spec: Storage, reader: str, manifest: SetupManifest
+    ) -> CaseResult:
+        """One reader's timed rounds on the case, as a CaseResult (failed ones included)."""
+        rounds = self.config.rounds_for(reader, case.rounds)
+        job = LoadJob(case, spec, reader, rounds, self.config.device)
+        gathered, error = None, None
+        sampler = ResourceSampler()  # the runner's tree: rank processes and the local endpoint
+        sampler.start()
+        try:
+            with self.display.phase(f"{job.label}, {rounds} round(s)"):
+                gathered = self.launcher.run(job, self.display.drain)
+        except JobError as err:
+            error = str(err)
+        finally:
+            usage = sampler.stop()
+        return load_result(
+            info,
+            reader,
+            gathered,
+            rounds,
+            manifest=manifest,
+            reader_options=reader_options(reader),
+            resources=usage,
+            error=error,
+        )
+
+    def case(self, case: Case) -> list[CaseResult]:
+        """All readers' results for one case; a setup failure fails every reader's row."""
+        info = CaseInfo.from_case(case, self.config.model_scale)
+        spec = self.storage.for_case(case.name)
+        try:
+            manifest = self.ensure_checkpoint(case, spec)
+        except Exception as err:  # any setup failure is this case's, never the run's
+            message = f"setup failed: {err}"
+            self.say(f"{case.name}: {message}")
+            return [
+                load_result(
+                    info, r, None, 1, manifest=None, reader_options=reader_options(r), error=message
+                )
+                for r in self.config.readers
+            ]
+        results = []
+        for reader in self.config.readers:
+            try:
+                result = self.load(case, info, spec, reader, manifest)
+            except Exception as err:  # e.g. a job that cannot start: this pair fails, not the run
+                result = load_result(
+                    info,
+                    reader,
+                    None,
+                    1,
+                    manifest=manifest,
+                    reader_options=reader_options(reader),
+                    error=f"{type(err).__name__}: {err}",
+                )
+            if result.status != "ok":
+                self.say(f"{case.name} with {reader} FAILED: {result.error_message}")
+            results.append(result)
+        return results
+
+
+def run_benchmark(
+    config: RunConfig,
+    *,
+    launcher: Any = None,
+    out: TextIO | None = None,
+    live_progress: bool | None = None,
+) -> RunOutcome:
+    """Runs the benchmark ``config`` describes and publishes its rows.
+
+    Args:
+      config: the run (see RunConfig).
+      launcher: ``SpawnLauncher`` (default) or ``TorchrunLauncher``.
+      out: where the tables and notes go (stdout by default).
+      live_progress: force the live progress view on or off (default: when stderr is a tty).
+
+    Returns:
+      RunOutcome (failed cases are in it; they do not raise).
+
+    Raises:
+      CaseError: the catalogue or the case selection is invalid.
+      LocalGCSError: the local endpoint could not start.
+      ValueError, RowValidationError, BigQueryPublishError, OSError: publishing failed.
+    """
+    out = out or sys.stdout
+    launcher = launcher or SpawnLauncher(timeout_s=config.job_timeout_s)
+    cases = select_run_cases(
+        config.catalogue,
+        patterns=config.cases,
+        axes=config.sweep_axes,
+        model_scale=config.model_scale,
+        world_size_override=config.world_size_override,
+    )
+    started = datetime.datetime.now(datetime.UTC)
+    run_id = new_run_id(started)
+    output_dir = Path(os.path.expanduser(config.output_dir or os.path.join(RESULTS_ROOT, run_id)))
+    host = collect_host_facts(probe_accelerator=config.device == "cuda")
+    storage = BenchStorage(
+        config.bucket, config.endpoint, config.local_gcs_dir, config.latency_ms, config.stream_mbps
+    )
+    display = (
+        ProgressDisplay(Console(stderr=True, soft_wrap=True), live_progress)
+        if launcher.is_leader
+        else _QuietDisplay()
+    )
+    results: list[CaseResult] = []
+    with storage, display if launcher.is_leader else contextlib.nullcontext():
+        run = _Run(config, storage, launcher, display, out)
+        run.say(
+            f"Checkpoints at {storage.url} ({storage.kind} endpoint); {rounds_note(config, cases)}"
+        )
+        for case in cases:
+            results.extend(run.case(case))
+    context = RunContext(
+        run_id=run_id,
+        started_at=started,
+        host=host,
+        storage_endpoint=storage.kind,
+        gcs_bucket_name=storage.bucket,
+        distributed_backend=backend_for(config.device),
+        compute_accelerator_type="gpu" if config.device == "cuda" else "cpu",
+        endpoint_modelled_latency_ms=config.latency_ms if storage.kind == "local" else None,
+        endpoint_modelled_stream_mbps=config.stream_mbps if storage.kind == "local" else None,
+    )
+    report = None
+    if launcher.is_leader:
+        rows = [case_row(result, context) for result in results]
+        report = publish_report(
+            rows,
+            output_dir,
+            bigquery_table=config.bigquery_table,
+            candidate=CANDIDATE_READER,
+            baseline=BASELINE_READER,
+            out=out,
+            bigquery_endpoint=config.bigquery_endpoint,
+        )
+        print(
+            f"\nResults: {report.files.json_path}, {report.files.csv_path}, {report.plot_path}"
+            + (
+                f"; {report.bigquery_rows} rows to {config.bigquery_table}"
+                if report.bigquery_rows
+                else ""
+            ),
+            file=out,
+            flush=True,
+        )
+    return RunOutcome(run_id, output_dir, results, report)

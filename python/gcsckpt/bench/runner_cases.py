@@ -1,0 +1,85 @@
+"""Which cases a run loads: catalogue, sweep axes, name globs, world-size override, model scale."""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import math
+from collections.abc import Sequence
+
+from gcsckpt.bench.cases import Case, CaseError, load_catalogue, validate_case
+from gcsckpt.parallel.strategies import DIM_FIELDS, STRATEGY_DIMS
+
+
+def override_world_size(case: Case, world_size: int) -> Case:
+    """The case resized to ``world_size`` ranks; its name follows (e.g. ``-ws4``).
+
+    At one rank, every size is 1 (the whole model on one device). Otherwise the ``dp_shard``
+    size absorbs the change when the strategy has one (EP follows it), and a strategy with a
+    single other dim (``tp``, ``pp``) sets that dim to ``world_size``.
+
+    Raises:
+      CaseError: the other dims do not divide ``world_size``, the strategy has several dims and
+        no ``dp_shard``, or the resized case is invalid.
+    """
+    dims = STRATEGY_DIMS[case.strategy]
+    if world_size < 1:
+        raise CaseError(f"--world_size_override must be >= 1, got {world_size}")
+    if world_size == 1:  # one rank holds the whole model (e.g. a single GPU)
+        changes = {field: 1 for field in DIM_FIELDS.values()}
+        changes["expert_parallel_size"] = 1
+    elif "dp_shard" in dims:
+        others = math.prod(getattr(case, DIM_FIELDS[d]) for d in dims if d != "dp_shard")
+        if world_size % others or world_size // others < 2:
+            raise CaseError(
+                f"case {case.name}: world size {world_size} is not a multiple >= 2 of its other "
+                f"parallel sizes ({others})"
+            )
+        changes = {"data_parallel_size": world_size // others}
+        if case.strategy == "ep":
+            changes["expert_parallel_size"] = world_size // others
+    elif len(dims) == 1:
+        changes = {DIM_FIELDS[dims[0]]: world_size}
+    else:
+        raise CaseError(f"case {case.name}: cannot resize strategy {case.strategy!r}")
+    resized = dataclasses.replace(case, world_size=world_size, **changes)
+    return validate_case(resized, max_world_size=max(world_size, 1))
+
+
+def select_run_cases(
+    catalogue_path: str | None,
+    *,
+    patterns: Sequence[str] = (),
+    axes: Sequence[str] | None = None,
+    model_scale: str = "scaled",
+    world_size_override: int | None = None,
+) -> list[Case]:
+    """The run's cases, in catalogue order.
+
+    Args:
+      catalogue_path: YAML catalogue; None for the shipped one.
+      patterns: case names or shell globs (``load-olmoe*``), matched against the catalogue's
+        names (before any world-size override); empty: every case on the axes.
+      axes: sweep axes (the baseline case is always on them, see ``cases.select_cases``);
+        None: all axes.
+      model_scale: ``full``, ``scaled`` or ``tiny`` for every shipped model.
+      world_size_override: resize every selected case to this many ranks.
+
+    Raises:
+      CaseError: an invalid catalogue, axis or override, or a pattern that matches no case on
+        the selected axes (the message lists the names there are).
+    """
+    catalogue = load_catalogue(catalogue_path, model_scale=model_scale)
+    chosen = catalogue.select(axes)
+    if patterns:
+        names = [c.name for c in chosen]
+        for pattern in patterns:
+            if not fnmatch.filter(names, pattern):
+                raise CaseError(
+                    f"--cases {pattern!r} matches no case on the selected axes; "
+                    f"cases there: {', '.join(names)}"
+                )
+        chosen = [c for c in chosen if any(fnmatch.fnmatchcase(c.name, p) for p in patterns)]
+    if world_size_override is not None:
+        chosen = [override_world_size(c, world_size_override) for c in chosen]
+    return chosen

@@ -1,0 +1,102 @@
+"""RunConfig: everything one benchmark invocation was asked to do (built from flags or by tests)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gcsckpt.bench.runner_storage import DEFAULT_LOCAL_DIR, parse_bucket
+from gcsckpt.bench.worker_jobs import READERS
+from gcsckpt.models.configs import SCALES
+
+DEVICES = ("cpu", "cuda")
+BASELINE_READER = "fsspec"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """A benchmark invocation.
+
+    Attributes:
+      cases: case names or globs; empty: every case on ``sweep_axes``.
+      sweep_axes: catalogue axes (``strategy``, ``model``); None: all.
+      catalogue: catalogue YAML path; None: the shipped one.
+      bucket: ``gs://bucket[/prefix]``; None: the embedded local endpoint.
+      endpoint: emulator URL for ``bucket`` (None: real GCS).
+      readers: readers to run, in order (``gcsckpt``, ``fsspec``).
+      rounds: timed rounds per case for every reader but the baseline; None: the case's.
+      baseline_rounds: rounds for the ``fsspec`` baseline; None: same as ``rounds``.
+      world_size_override: resize every case to this many ranks.
+      model_scale: ``full``, ``scaled`` or ``tiny``.
+      output_dir: results folder; None: ``~/.cache/gcsckpt/results/<run id>``.
+      bigquery_table / bigquery_endpoint: publish rows there (endpoint: an emulator).
+      device: ``cpu`` (gloo) or ``cuda`` (nccl, one rank per GPU).
+      latency_ms / stream_mbps: modelled first-byte latency (ms) / per-stream cap (MB/s) of the
+        local endpoint.
+      local_gcs_dir: data folder of the local endpoint (kept between runs).
+      force_setup: save checkpoints again even when a matching one exists.
+      job_timeout_s: wall-clock limit of one job (setup, or one reader's rounds), seconds.
+      list_only: print the selected case names and stop.
+
+    Raises:
+      ValueError: an unknown reader, scale or device; rounds < 1; a negative latency or a
+        non-positive bandwidth, timeout or world size; a bucket that is not ``gs://...``;
+        latency or bandwidth modelling with a bucket (the message names the flag).
+    """
+
+    cases: tuple[str, ...] = ()
+    sweep_axes: tuple[str, ...] | None = None
+    catalogue: str | None = None
+    bucket: str | None = None
+    endpoint: str | None = None
+    readers: tuple[str, ...] = READERS
+    rounds: int | None = None
+    baseline_rounds: int | None = None
+    world_size_override: int | None = None
+    model_scale: str = "scaled"
+    output_dir: str | None = None
+    bigquery_table: str | None = None
+    bigquery_endpoint: str | None = None
+    device: str = "cpu"
+    latency_ms: float = 0.0
+    stream_mbps: float | None = None
+    local_gcs_dir: str = DEFAULT_LOCAL_DIR
+    force_setup: bool = False
+    job_timeout_s: float = 1800.0
+    list_only: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [r for r in self.readers if r not in READERS]
+        if unknown or not self.readers or len(set(self.readers)) != len(self.readers):
+            raise ValueError(
+                f"--readers {','.join(self.readers)!r}: give distinct names among "
+                f"{', '.join(READERS)}"
+            )
+        if self.model_scale not in SCALES:
+            raise ValueError(f"--model_scale {self.model_scale!r}: known {', '.join(SCALES)}")
+        if self.device not in DEVICES:
+            raise ValueError(f"--device {self.device!r}: known {', '.join(DEVICES)}")
+        for flag in ("rounds", "baseline_rounds", "world_size_override"):
+            value = getattr(self, flag)
+            if value is not None and value < 1:
+                raise ValueError(f"--{flag} must be >= 1, got {value}")
+        if self.latency_ms < 0:
+            raise ValueError(f"--latency_ms must be >= 0, got {self.latency_ms}")
+        if self.stream_mbps is not None and self.stream_mbps <= 0:
+            raise ValueError(f"--stream_mbps must be > 0, got {self.stream_mbps}")
+        if self.job_timeout_s <= 0:
+            raise ValueError(f"--job_timeout_s must be > 0, got {self.job_timeout_s}")
+        if self.bucket is None and self.endpoint is not None:
+            raise ValueError("an emulator endpoint needs --bucket=gs://...")
+        if self.bucket is not None:
+            parse_bucket(self.bucket)
+            if self.latency_ms or self.stream_mbps:
+                raise ValueError(
+                    "--latency_ms/--stream_mbps model the local endpoint; drop --bucket"
+                )
+
+    def rounds_for(self, reader: str, case_rounds: int) -> int:
+        """Timed rounds of ``reader`` on a case whose catalogue entry asks for ``case_rounds``."""
+        rounds = self.rounds if self.rounds is not None else case_rounds
+        if reader == BASELINE_READER and self.baseline_rounds is not None:
+            return self.baseline_rounds
+        return rounds

@@ -1,0 +1,123 @@
+"""Turns the ranks' answers to a load job into one CaseResult (ok, or failed with the reason).
+
+A (case, reader) pair fails when any rank raised, when fewer rounds than asked completed, when any
+loaded entry's checksum differs from the save-time one, or when the tensor bytes committed differ
+from the bytes the rank's state dict needs. Its rounds are still recorded (for diagnosis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gcsckpt.bench.case_result import (
+    STATUS_FAILED,
+    STATUS_OK,
+    CaseInfo,
+    CaseResult,
+    RankCounters,
+    RoundRecord,
+)
+from gcsckpt.bench.resources import ResourceUsage
+from gcsckpt.bench.runner_manifest import SetupManifest
+from gcsckpt.bench.worker import RankFailure
+from gcsckpt.bench.worker_jobs import RankLoadResult, RankRound
+
+_LISTED = 3  # keys named per failing rank in a message
+_PROBLEMS = 4  # problems quoted in one error message; the rest are counted
+
+
+def _message(problems: list[str]) -> str:
+    more = len(problems) - _PROBLEMS
+    return "; ".join(problems[:_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
+
+
+def _round_problem(index: int, rank: int, record: RankRound) -> str | None:
+    where = f"round {index + 1} rank {rank}"
+    if record.mismatch_count:
+        keys = ", ".join(record.mismatched[:_LISTED])
+        return f"checksum mismatch in {where}: {record.mismatch_count} entries differ ({keys})"
+    if record.missing:
+        keys = ", ".join(record.missing[:_LISTED])
+        return f"{where}: state-dict keys differ from the saved ones ({keys})"
+    if record.committed_tensor_bytes != record.expected_bytes:
+        return (
+            f"{where}: {record.committed_tensor_bytes} tensor bytes loaded, "
+            f"{record.expected_bytes} expected"
+        )
+    return None
+
+
+def _rounds(ranks: Sequence[RankLoadResult]) -> list[RoundRecord]:
+    complete = min(len(r.rounds) for r in ranks)
+    records = []
+    for index in range(complete):
+        per_rank = [r.rounds[index] for r in ranks]
+        records.append(
+            RoundRecord(
+                rank_start_unix_s=[p.start_unix_s for p in per_rank],
+                rank_end_unix_s=[p.end_unix_s for p in per_rank],
+                rank_counters=[
+                    RankCounters.from_mapping(p.counters, rank) for rank, p in enumerate(per_rank)
+                ],
+            )
+        )
+    return records
+
+
+def load_result(
+    info: CaseInfo,
+    reader: str,
+    gathered: Sequence[Any] | None,
+    rounds_wanted: int,
+    *,
+    manifest: SetupManifest | None,
+    reader_options: Mapping[str, Any],
+    resources: ResourceUsage | None = None,
+    error: str | None = None,
+) -> CaseResult:
+    """The CaseResult of one load job.
+
+    Args:
+      info: the case. reader: the reader's name.
+      gathered: per-rank results (RankLoadResult or RankFailure), or None when the job gave
+        none (then ``error`` says why).
+      rounds_wanted: rounds the job was asked for.
+      manifest: the checkpoint's setup manifest (physical size, object count).
+      reader_options: recorded with the row.
+      resources: process-tree usage during the job.
+      error: a failure found before or around the job (launch error, setup failure).
+    """
+    problems: list[str] = [error] if error else []
+    records: list[RoundRecord] = []
+    verified = False
+    if gathered is not None:
+        failed = [g for g in gathered if isinstance(g, RankFailure)]
+        problems += [f.message for f in failed]
+        loads = [g for g in gathered if isinstance(g, RankLoadResult)]
+        if not failed and loads:
+            problems += sorted({r.error for r in loads if r.error})
+            records = _rounds(loads)
+            found = [
+                _round_problem(index, rank, load.rounds[index])
+                for index in range(len(records))
+                for rank, load in enumerate(loads)
+            ]
+            problems += [p for p in found if p]
+            if len(records) < rounds_wanted and not problems:
+                problems.append(f"only {len(records)} of {rounds_wanted} rounds completed")
+            verified = not problems and len(records) == rounds_wanted
+    if not problems and not records:
+        problems.append("the job returned no rounds")
+    return CaseResult(
+        case=info,
+        reader=reader,
+        rounds=records,
+        status=STATUS_FAILED if problems else STATUS_OK,
+        error_message=_message(problems) if problems else None,
+        checksums_verified=verified,
+        checkpoint_physical_size_bytes=manifest.physical_size_bytes if manifest else None,
+        checkpoint_object_count=manifest.object_count if manifest else None,
+        reader_options=dict(reader_options),
+        resources=resources,
+    )

@@ -1,0 +1,116 @@
+"""The rank entry: join the process group, run one job, gather every rank's result.
+
+The same code serves both launchers: ``spawned_rank_main`` is what the single-machine runner
+starts once per rank (TCP rendezvous on a free loopback port), and ``init_from_env`` joins a
+group started by ``torchrun`` (``env://`` rendezvous: RANK, WORLD_SIZE, MASTER_ADDR, ...), after
+which the runner calls ``run_job`` in every rank process itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
+
+from gcsckpt.bench.progress import rank_reporter
+from gcsckpt.bench.worker_jobs import LoadJob, SetupJob
+from gcsckpt.bench.worker_load import describe_error, run_load
+from gcsckpt.bench.worker_setup import run_setup
+
+RESULT_FILE = "results.pkl"
+
+
+@dataclasses.dataclass(frozen=True)
+class RankFailure:
+    """A rank whose job raised; ``message`` names the rank and the error."""
+
+    rank: int
+    message: str
+
+
+def backend_for(device: str) -> str:
+    """``gloo`` for CPU ranks, ``nccl`` for CUDA ranks."""
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def _use_device(device: str, local_rank: int) -> None:
+    torch.set_num_threads(1)  # 2 cores here, many ranks: intra-op threads would only contend
+    if device == "cuda":
+        torch.cuda.set_device(local_rank)
+
+
+def run_job(job: SetupJob | LoadJob, queue: Any = None) -> list[Any]:
+    """Runs ``job`` on this rank (process group initialized) and gathers all ranks' results.
+
+    Returns:
+      One entry per rank, in rank order: the job's rank result (RankSetupResult /
+      RankLoadResult) or a RankFailure when that rank's job raised.
+    """
+    rank = dist.get_rank()
+    report = rank_reporter(queue, rank)
+    try:
+        mine: Any = run_setup(job, report) if isinstance(job, SetupJob) else run_load(job, report)
+    except (Exception, CheckpointException) as err:
+        mine = RankFailure(rank, describe_error(err))
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, mine)
+    return gathered
+
+
+def spawned_rank_main(
+    local_rank: int,
+    job: SetupJob | LoadJob,
+    port: int,
+    result_dir: str,
+    queue: Any,
+    timeout_s: float,
+) -> None:
+    """Entry of one spawned rank (``torch.multiprocessing.start_processes`` passes the rank).
+
+    Joins a ``world_size = job.case.world_size`` group at ``tcp://127.0.0.1:port``, runs the
+    job, and rank 0 pickles the gathered results to ``result_dir/results.pkl``.
+    """
+    os.environ["OMP_NUM_THREADS"] = "1"
+    _use_device(job.device, local_rank)
+    dist.init_process_group(
+        backend_for(job.device),
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=local_rank,
+        world_size=job.case.world_size,
+        timeout=timedelta(seconds=timeout_s),
+    )
+    try:
+        gathered = run_job(job, queue)
+        if local_rank == 0:
+            target = Path(result_dir, RESULT_FILE)
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps(gathered))
+            os.replace(tmp, target)
+    finally:
+        dist.destroy_process_group()
+
+
+def init_from_env(device: str, timeout_s: float) -> None:
+    """Joins the process group ``torchrun`` describes in the environment (``env://``).
+
+    Raises:
+      RuntimeError: the torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are
+        missing.
+    """
+    missing = [
+        v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ
+    ]
+    if missing:
+        raise RuntimeError(f"not started by torchrun: {', '.join(missing)} unset")
+    _use_device(device, int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend_for(device), init_method="env://", timeout=timedelta(seconds=timeout_s)
+        )

@@ -1,0 +1,151 @@
+"""What the runner asks rank processes to do, and what they answer (picklable, no torch).
+
+A job runs on every rank of one case's world. ``SetupJob`` builds the case's state with the save
+seed and writes the checkpoint plus per-rank checksums; ``LoadJob`` runs the timed rounds with one
+reader and verifies each load. Every rank returns one result; rank results are gathered so each
+rank (and the runner) sees all of them in rank order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+SAVE_SEED = 20240924  # the seed of the saved state (OLMoE-1B-7B-0924's release date)
+READERS = ("gcsckpt", "fsspec")
+
+
+def round_seed(round_index: int) -> int:
+    """Seed of the fresh state a timed round loads into: never the save seed, new each round."""
+    return SAVE_SEED + 1 + round_index
+
+
+def checksums_object(setup_prefix: str, rank: int) -> str:
+    """Object name of a rank's checksum file below the case's setup prefix."""
+    return f"{setup_prefix}/rank_{rank:05d}.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Storage:
+    """Where a case's objects live.
+
+    Attributes:
+      bucket: GCS bucket name.
+      checkpoint_prefix: object prefix of the DCP checkpoint (no trailing slash).
+      setup_prefix: object prefix of the per-rank checksum files and the manifest.
+      endpoint: emulator URL (``http://127.0.0.1:PORT``) or None for real GCS.
+    """
+
+    bucket: str
+    checkpoint_prefix: str
+    setup_prefix: str
+    endpoint: str | None = None
+
+    @property
+    def checkpoint_url(self) -> str:
+        """``gs://bucket/checkpoint_prefix``."""
+        return f"gs://{self.bucket}/{self.checkpoint_prefix}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SetupJob:
+    """Save the case's state (seed ``SAVE_SEED``) and each rank's checksums.
+
+    Attributes:
+      case: the ``gcsckpt.bench.cases.Case`` (model already at the run's scale).
+      storage: where to write.
+      device: ``cpu`` or ``cuda``.
+    """
+
+    case: Any
+    storage: Storage
+    device: str = "cpu"
+
+    @property
+    def label(self) -> str:
+        """Short description for progress lines and errors."""
+        return f"setup {self.case.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadJob:
+    """Timed load rounds of the case's checkpoint with one reader.
+
+    Attributes:
+      case, storage, device: as in SetupJob.
+      reader: ``gcsckpt`` or ``fsspec``.
+      rounds: timed rounds (>= 1).
+      reader_options: keyword arguments for ``GCSStorageReader`` (gcsckpt only).
+    """
+
+    case: Any
+    storage: Storage
+    reader: str
+    rounds: int
+    device: str = "cpu"
+    reader_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.reader not in READERS:
+            raise ValueError(f"reader {self.reader!r} is unknown; known: {', '.join(READERS)}")
+        if self.rounds < 1:
+            raise ValueError(f"rounds must be >= 1, got {self.rounds}")
+
+    @property
+    def label(self) -> str:
+        """Short description for progress lines and errors."""
+        return f"load {self.case.name} with {self.reader}"
+
+
+@dataclasses.dataclass(frozen=True)
+class RankSetupResult:
+    """One rank's setup: checksum count, tensor bytes it holds, seconds to build and to save."""
+
+    rank: int
+    entries: int
+    expected_bytes: int
+    build_s: float
+    save_s: float
+
+
+@dataclasses.dataclass(frozen=True)
+class RankRound:
+    """One rank's view of one timed round.
+
+    Attributes:
+      start_unix_s / end_unix_s: ``time.time()`` right before and after ``dcp.load``.
+      counters: the reader's counters (names of ``case_result.COUNT_FIELDS`` /
+        ``SECONDS_FIELDS``; None values where the reader cannot count).
+      committed_tensor_bytes: tensor bytes the planner saw committed.
+      expected_bytes: tensor bytes the rank's state dict holds.
+      mismatched: state-dict keys whose checksum differs from the save-time one (first 20).
+      mismatch_count: how many keys differ (0 = verified).
+      missing: keys present at save time but absent after load, or the reverse (first 20).
+    """
+
+    start_unix_s: float
+    end_unix_s: float
+    counters: dict[str, Any]
+    committed_tensor_bytes: int
+    expected_bytes: int
+    mismatched: tuple[str, ...] = ()
+    mismatch_count: int = 0
+    missing: tuple[str, ...] = ()
+
+    @property
+    def verified(self) -> bool:
+        """Every checksum matched and exactly the expected tensor bytes were committed."""
+        return (
+            self.mismatch_count == 0
+            and not self.missing
+            and self.committed_tensor_bytes == self.expected_bytes
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class RankLoadResult:
+    """One rank's rounds; ``error`` is set when a round raised (rounds holds those before it)."""
+
+    rank: int
+    rounds: tuple[RankRound, ...]
+    error: str | None = None

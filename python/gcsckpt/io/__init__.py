@@ -1,0 +1,28 @@
+"""Python face of the C++ GCS range reader (`_gcsio`).
+
+``RangeReader`` reads many byte ranges of many GCS objects into caller-owned memory with many
+ranged GETs in flight (libcurl, keep-alive, GIL released), retrying transient failures and
+checking every answer. See ``RangeReader`` for the behaviour and ``gcsckpt.io.defaults`` for
+how the default tuning was measured.
+"""
+
+from gcsckpt.io.auth import GoogleAuthTokenProvider, default_token_provider
+from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
+from gcsckpt.io.errors import ObjectNotFoundError, RangeReadError
+from gcsckpt.io.reader import RangeReader, ReadHandle
+from gcsckpt.io.records import ObjectStat, RangeRequest
+from gcsckpt.io.retry import RetryPolicy
+
+__all__ = [
+    "GoogleAuthTokenProvider",
+    "ObjectNotFoundError",
+    "ObjectStat",
+    "RangeReadError",
+    "RangeReader",
+    "RangeRequest",
+    "ReadHandle",
+    "RetryPolicy",
+    "default_token_provider",
+    "is_emulator_endpoint",
+    "resolve_endpoint",
+]

@@ -1,0 +1,80 @@
+"""Bearer tokens from Google Application Default Credentials (google-auth)."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+
+READ_ONLY_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
+# Refresh this long before expiry; google-auth itself treats tokens as stale ~3.75 min early.
+REFRESH_MARGIN_S = 300.0
+
+
+class GoogleAuthTokenProvider:
+    """Callable returning a valid OAuth2 access token (str) from google-auth credentials.
+
+    Refreshes the credentials when they are invalid or expire within ``REFRESH_MARGIN_S``
+    seconds. Thread-safe. The token never appears in ``repr``/``str``.
+
+    Args:
+        credentials: a ``google.auth.credentials.Credentials``; None loads Application Default
+            Credentials with the ``devstorage.read_only`` scope.
+
+    Raises:
+        google.auth.exceptions.DefaultCredentialsError: no ADC is configured.
+        google.auth.exceptions.RefreshError: (on call) the token could not be refreshed.
+    """
+
+    def __init__(self, credentials=None):
+        import google.auth
+        import google.auth.transport.requests
+
+        if credentials is None:
+            credentials, _ = google.auth.default(scopes=[READ_ONLY_SCOPE])
+        self._credentials = credentials
+        self._request = google.auth.transport.requests.Request()
+        self._lock = threading.Lock()
+
+    @property
+    def description(self) -> str:
+        """Which credential is used (account email or credential type), for error messages."""
+        kind = type(self._credentials).__name__
+        email = getattr(self._credentials, "service_account_email", None)
+        if isinstance(email, str) and email and email != "default":
+            return f"{email} ({kind}, Application Default Credentials)"
+        return f"{kind} (Application Default Credentials)"
+
+    def token_with_expiry(self) -> tuple[str, float | None]:
+        """(access token, expiry as Unix epoch seconds or None if unknown)."""
+        with self._lock:
+            expiry = self._credentials.expiry
+            due = (
+                expiry is not None and (expiry - _utcnow_naive()).total_seconds() < REFRESH_MARGIN_S
+            )
+            if not self._credentials.valid or not self._credentials.token or due:
+                self._credentials.refresh(self._request)
+            expiry = self._credentials.expiry
+            epoch = None
+            if expiry is not None:
+                epoch = expiry.replace(tzinfo=datetime.UTC).timestamp()
+            return self._credentials.token, epoch
+
+    def __call__(self) -> str:
+        return self.token_with_expiry()[0]
+
+    def __repr__(self) -> str:
+        return f"GoogleAuthTokenProvider({self.description})"
+
+
+def _utcnow_naive() -> datetime.datetime:
+    # google-auth keeps expiry as a naive UTC datetime.
+    return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+
+
+def default_token_provider() -> GoogleAuthTokenProvider:
+    """A token provider backed by Application Default Credentials (read-only GCS scope).
+
+    Raises:
+        google.auth.exceptions.DefaultCredentialsError: no ADC is configured.
+    """
+    return GoogleAuthTokenProvider()

@@ -1,0 +1,293 @@
+"""RangeReader: many ranged GETs in flight, bytes written straight into caller buffers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+import _gcsio
+
+from gcsckpt.io import defaults
+from gcsckpt.io.auth import default_token_provider
+from gcsckpt.io.buffers import as_writable_buffer
+from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
+from gcsckpt.io.errors import ObjectNotFoundError, RangeReadError, make_error
+from gcsckpt.io.records import ObjectStat, RangeRequest
+from gcsckpt.io.retry import RetryPolicy
+
+
+class ReadHandle:
+    """Progress of one ``RangeReader.submit`` call.
+
+    Destinations must not be read (or freed) until their index was returned by
+    ``next_completed`` or ``wait`` returned; they are never written after ``cancel`` returns.
+    """
+
+    def __init__(self, batch, requests: Sequence[RangeRequest]):
+        self._batch = batch
+        self._requests = requests
+
+    def next_completed(self, timeout_s: float | None = None) -> list[int]:
+        """Indices (into the submitted requests) whose bytes are now complete.
+
+        Blocks (GIL released) until at least one request completes that was not reported
+        before; returns ``[]`` once every request has been reported.
+
+        Raises:
+            RangeReadError: a request failed for good (after retries); the remaining work is
+                cancelled. ``ObjectNotFoundError`` when all failures are HTTP 404.
+            TimeoutError: nothing completed within ``timeout_s`` seconds.
+        """
+        indices, failed = self._batch.next_completed(timeout_s)
+        if failed:
+            self._batch.cancel()
+            raise self._error()
+        return indices
+
+    def wait(self) -> None:
+        """Blocks (GIL released) until every request has finished.
+
+        Raises:
+            RangeReadError: listing every request that failed for good.
+        """
+        if self._batch.wait():
+            raise self._error()
+
+    def done(self) -> bool:
+        """True once no request is outstanding (finished, failed or cancelled)."""
+        return self._batch.done()
+
+    def cancel(self) -> None:
+        """Stops outstanding transfers; no destination is written after this returns."""
+        self._batch.cancel()
+
+    @property
+    def num_fetches(self) -> int:
+        """HTTP range fetches planned (after coalescing and splitting), before retries."""
+        return self._batch.num_fetches()
+
+    def __len__(self) -> int:
+        return len(self._batch)
+
+    def _error(self) -> RangeReadError:
+        failures = []
+        for index, status, error, attempts in self._batch.failures():
+            r = self._requests[index]
+            failures.append(
+                {
+                    "bucket": r[0],
+                    "object": r[1],
+                    "offset": r[2],
+                    "length": r[3],
+                    "status": status or None,
+                    "error": error,
+                    "attempts": attempts,
+                    "index": index,
+                }
+            )
+        failures.sort(key=lambda f: f["index"])
+        return make_error(failures, total=len(self._requests))
+
+
+class RangeReader:
+    """Reads byte ranges of GCS objects into caller memory with many ranged GETs in flight.
+
+    A C++ engine (libcurl multi, ``num_threads`` worker threads, HTTP/1.1 keep-alive
+    connections) issues ``GET {endpoint}/download/storage/v1/b/{bucket}/o/{object}?alt=media``
+    with ``Range: bytes=a-b``. Ranges of one object whose gap is <= ``coalesce_gap_bytes`` are
+    fetched by one GET and scattered into their destinations; fetches longer than
+    ``chunk_bytes`` are split and fetched in parallel (a small submit is cut finer, down to
+    ``min_chunk_bytes``, to fill half of ``max_inflight_requests``). Every answer is checked
+    (206 with a matching ``Content-Range``, or 200 of exactly the length for a read from byte 0,
+    and the exact byte count); failures are retried per ``retry`` (see RetryPolicy), asking
+    only for the missing bytes.
+
+    Args:
+        endpoint: GCS endpoint; None -> ``$STORAGE_EMULATOR_HOST`` -> storage.googleapis.com.
+        max_inflight_requests: HTTP requests running at once (all threads).
+        max_inflight_bytes: bytes still wanted by running requests, summed (bytes). Data goes
+            straight into the destinations, so this bounds outstanding work, not buffering.
+        chunk_bytes: longest single GET (bytes).
+        coalesce_gap_bytes: largest hole (bytes) fetched to join neighbouring ranges.
+        min_chunk_bytes: a submit whose bytes would make fewer than max_inflight_requests / 2
+            GETs of chunk_bytes is cut into shorter GETs, down to this length (bytes), so that
+            it still keeps many requests in flight (added to the contract).
+        retry: RetryPolicy.
+        token_provider: callable returning an OAuth2 access token (str, or a
+            (token, expires_at_epoch_s) tuple); None -> Application Default Credentials.
+            Called with the GIL held, cached until near expiry (a bare str for 60 s).
+        connect_timeout_s: TCP/TLS connect limit per attempt (seconds).
+        stall_timeout_s: an attempt that receives no byte for this long is retried (seconds).
+        num_threads: worker threads, each driving one curl multi handle (added to the contract).
+        recv_buffer_bytes: libcurl receive buffer per request (bytes).
+        send_token: None -> send a token unless the endpoint is an emulator
+            (``is_emulator_endpoint``); True/False forces it.
+
+    Defaults come from //bench:range_read; see ``gcsckpt.io.defaults``.
+
+    Raises:
+        ValueError: an option is out of range (the message names it).
+        google.auth.exceptions.DefaultCredentialsError: a token is needed, none was given and
+            no ADC is configured.
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        max_inflight_requests: int = defaults.MAX_INFLIGHT_REQUESTS,
+        max_inflight_bytes: int = defaults.MAX_INFLIGHT_BYTES,
+        chunk_bytes: int = defaults.CHUNK_BYTES,
+        coalesce_gap_bytes: int = defaults.COALESCE_GAP_BYTES,
+        retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, shared safely
+        token_provider: Callable[[], str] | None = None,
+        connect_timeout_s: float = 10.0,
+        stall_timeout_s: float = 30.0,
+        num_threads: int = defaults.NUM_THREADS,
+        min_chunk_bytes: int = defaults.MIN_CHUNK_BYTES,
+        recv_buffer_bytes: int = defaults.RECV_BUFFER_BYTES,
+        send_token: bool | None = None,
+    ):
+        self.endpoint = resolve_endpoint(endpoint)
+        if not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
+        for name, value in (
+            ("max_inflight_requests", max_inflight_requests),
+            ("max_inflight_bytes", max_inflight_bytes),
+            ("chunk_bytes", chunk_bytes),
+            ("min_chunk_bytes", min_chunk_bytes),
+            ("num_threads", num_threads),
+        ):
+            if int(value) != value or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if int(coalesce_gap_bytes) != coalesce_gap_bytes or coalesce_gap_bytes < 0:
+            raise ValueError(f"coalesce_gap_bytes must be an int >= 0, got {coalesce_gap_bytes!r}")
+        self.retry = retry
+        if send_token is None:
+            send_token = not is_emulator_endpoint(self.endpoint)
+        source = None
+        credential = "none (anonymous)"
+        if send_token:
+            provider = token_provider if token_provider is not None else default_token_provider()
+            credential = getattr(provider, "description", None) or (
+                f"from token_provider {getattr(provider, '__qualname__', type(provider).__name__)}"
+            )
+            source = getattr(provider, "token_with_expiry", provider)
+        self.credential_description = credential
+        self._options = {
+            "max_inflight_requests": int(max_inflight_requests),
+            "max_inflight_bytes": int(max_inflight_bytes),
+            "chunk_bytes": int(chunk_bytes),
+            "coalesce_gap_bytes": int(coalesce_gap_bytes),
+            "min_chunk_bytes": int(min_chunk_bytes),
+            "num_threads": int(num_threads),
+            "connect_timeout_s": float(connect_timeout_s),
+            "stall_timeout_s": float(stall_timeout_s),
+            "recv_buffer_bytes": int(recv_buffer_bytes),
+        }
+        self._reader = _gcsio.Reader(
+            endpoint=self.endpoint,
+            max_attempts=retry.max_attempts,
+            initial_backoff_s=retry.initial_backoff_s,
+            max_backoff_s=retry.max_backoff_s,
+            deadline_s=retry.deadline_s,
+            token_source=source,
+            credential_description=credential,
+            **self._options,
+        )
+
+    @property
+    def options(self) -> dict:
+        """The tuning options this reader runs with (bytes, seconds, counts)."""
+        return dict(self._options)
+
+    def submit(self, requests: Sequence[RangeRequest]) -> ReadHandle:
+        """Starts reading ``requests``; returns at once.
+
+        Each ``dest`` is held (buffer export) until the handle finishes; for torch tensors the
+        bytes are written through a uint8 view of their storage.
+
+        Raises:
+            ValueError / TypeError: a malformed request (names its index and gs:// range).
+            RuntimeError: the token provider failed, or the reader is closed.
+        """
+        items = [
+            r if not type(r[4]).__module__.startswith("torch") else _with_buffer(r, i)
+            for i, r in enumerate(requests)
+        ]
+        return ReadHandle(self._reader.submit(items), requests)
+
+    def read(self, requests: Sequence[RangeRequest]) -> None:
+        """Reads every request into its ``dest``; blocks with the GIL released.
+
+        Raises:
+            RangeReadError: listing every request that failed for good (after retries);
+                ``ObjectNotFoundError`` (also a FileNotFoundError) when all failures are 404s.
+        """
+        self.submit(requests).wait()
+
+    def stat(self, bucket: str, object: str) -> ObjectStat:
+        """Size (bytes) and generation of ``gs://bucket/object`` (JSON API metadata GET).
+
+        Raises:
+            ObjectNotFoundError: HTTP 404 (bucket or object missing).
+            RangeReadError: any other failure after retries.
+        """
+        status, body, error, attempts = self._reader.metadata(bucket, object)
+        if status == 200:
+            try:
+                meta = json.loads(body)
+                return ObjectStat(
+                    size=int(meta["size"]), generation=int(meta.get("generation") or 0)
+                )
+            except (ValueError, KeyError, TypeError) as e:
+                error = f"unreadable object metadata ({type(e).__name__}: {e})"
+        failure = {
+            "bucket": bucket,
+            "object": object,
+            "offset": 0,
+            "length": 0,
+            "status": status or None,
+            "error": error,
+            "attempts": attempts,
+        }
+        if status == 404:
+            raise ObjectNotFoundError([failure])
+        raise RangeReadError([failure])
+
+    def stats(self) -> dict:
+        """Counters since the last reset.
+
+        Keys: requests (HTTP attempts), bytes_received (body bytes), bytes_delivered (bytes
+        written into destinations), retries, retries_by_cause (dict cause -> count, causes like
+        ``http_503``, ``connection_reset``, ``stall``, ``short_body``, ``bad_content_range``),
+        failures, connections_opened, connections_reused (attempts on an open connection),
+        latency_p50_s / _p90_s / _p99_s (whole successful attempts, seconds),
+        ttfb_p50_s / _p90_s / _p99_s (time to first byte, seconds).
+        """
+        return self._reader.stats()
+
+    def reset_stats(self) -> None:
+        """Zeroes every counter of ``stats()``."""
+        self._reader.reset_stats()
+
+    def close(self) -> None:
+        """Stops the worker threads once no handle is alive; later calls raise RuntimeError."""
+        self._reader.close()
+
+    def __enter__(self) -> RangeReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v}" for k, v in self._options.items())
+        return (
+            f"RangeReader({self.endpoint!r}, {opts}, retry={self.retry}, "
+            f"credential={self.credential_description!r})"
+        )
+
+
+def _with_buffer(request, index: int):
+    return (request[0], request[1], request[2], request[3], as_writable_buffer(request[4], index))

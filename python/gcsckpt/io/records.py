@@ -1,0 +1,37 @@
+"""Request and result records of the range reader."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+class RangeRequest(NamedTuple):
+    """One byte range to read into caller memory.
+
+    Attributes:
+        bucket: GCS bucket name.
+        object: object name (any UTF-8; '/', spaces, '%', '+', '#', '?' are fine).
+        offset: first byte, >= 0 (bytes; may exceed 4 GiB).
+        length: number of bytes, >= 0; zero-length requests complete without I/O.
+        dest: writable C-contiguous CPU buffer of exactly ``length`` bytes: bytearray,
+            memoryview, numpy array (any dtype), or a contiguous CPU torch tensor (any dtype,
+            bf16 included; its bytes are overwritten).
+    """
+
+    bucket: str
+    object: str
+    offset: int
+    length: int
+    dest: Any
+
+
+class ObjectStat(NamedTuple):
+    """Object metadata from ``RangeReader.stat``.
+
+    Attributes:
+        size: object size in bytes.
+        generation: object generation (0 if the endpoint does not report one).
+    """
+
+    size: int
+    generation: int

@@ -1,0 +1,126 @@
+"""Builders of known CaseResults/rows shared by the metrics and publisher tests."""
+
+from __future__ import annotations
+
+import datetime
+
+from gcsckpt.bench.case_result import CaseInfo, CaseResult, RankCounters, RoundRecord, RunContext
+from gcsckpt.bench.host import HostFacts
+from gcsckpt.bench.metrics import add_baseline_ratios, case_row
+from gcsckpt.bench.resources import ResourceUsage
+
+HOST = HostFacts(
+    vcpu_count=2,
+    cpu_affinity_count=2,
+    machine_architecture="x86_64",
+    memory_total_bytes=24 * 2**30,
+    os_release="6.1.0",
+    python_version="3.11.2",
+    torch_version="2.13.0+cpu",
+    transformers_version="4.46.3",
+    source_commit_sha="0" * 40,
+    accelerator_name=None,
+)
+STARTED = datetime.datetime(2026, 11, 30, 12, 0, 0, 250000, tzinfo=datetime.UTC)
+RUN = RunContext(
+    run_id="run-1",
+    started_at=STARTED,
+    host=HOST,
+    storage_endpoint="local",
+    gcs_bucket_name="bench",
+    distributed_backend="gloo",
+    compute_accelerator_type="cpu",
+)
+SIZE = 1_000_000_000  # checkpoint bytes
+
+
+def case(name: str = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2", replicate: int = 1) -> CaseInfo:
+    return CaseInfo(
+        name=name,
+        model_id="olmoe_1b_7b_0924",
+        strategy="hsdp" if replicate > 1 else "ep",
+        world_size=2 * replicate,
+        data_parallel_size=2,
+        data_parallel_replicate_size=replicate,
+        expert_parallel_size=1 if replicate > 1 else 2,
+        sweep_axis="strategy",
+        model_scale="tiny",
+    )
+
+
+def counters(rank: int, requests: int = 10) -> RankCounters:
+    return RankCounters(
+        read_items=100 + rank,
+        ranges=4,
+        requests=requests + rank,
+        bytes_needed=1000,
+        bytes_fetched=1000 + 10 * rank,
+        retries=rank,
+        fetch_s=0.5,
+        deserialize_s=0.25,
+        copy_s=0.125,
+    )
+
+
+def round_of(durations_by_rank: list[tuple[float, float]], with_counters: bool = True):
+    """A RoundRecord from (start, end) pairs, with counters() per rank."""
+    return RoundRecord(
+        rank_start_unix_s=[s for s, _ in durations_by_rank],
+        rank_end_unix_s=[e for _, e in durations_by_rank],
+        rank_counters=[counters(r) for r in range(len(durations_by_rank))]
+        if with_counters
+        else None,
+    )
+
+
+USAGE = ResourceUsage(
+    duration_s=4.0,
+    sample_count=17,
+    cpu_peak_cores=1.75,
+    cpu_mean_cores=1.25,
+    memory_peak_bytes=3 * 2**30,
+    memory_peak_bytes_per_process_max=2**30,
+    network_received_bytes=8_000_000,
+    network_sent_bytes=4_000_000,
+)
+
+
+def result(reader: str, seconds: list[float], name: str | None = None) -> CaseResult:
+    """An ok 2-rank result whose rounds last exactly ``seconds`` (rank 1 starts 0.5 s late)."""
+    t0 = 1_800_000_000.0
+    rounds = []
+    for i, d in enumerate(seconds):
+        start = t0 + 10 * i
+        rounds.append(round_of([(start, start + d), (start + 0.5, start + d)]))
+    return CaseResult(
+        case=case(name) if name else case(),
+        reader=reader,
+        rounds=rounds,
+        checksums_verified=True,
+        checkpoint_physical_size_bytes=SIZE,
+        checkpoint_object_count=3,
+        reader_options={"max_inflight_requests": 16, "chunk_bytes": 8 << 20},
+        resources=USAGE,
+    )
+
+
+def failed(reader: str, name: str | None = None, message: str = "endpoint died") -> CaseResult:
+    return CaseResult(
+        case=case(name) if name else case(),
+        reader=reader,
+        status="failed",
+        error_message=message,
+        checkpoint_physical_size_bytes=SIZE,
+    )
+
+
+def two_reader_rows() -> list[dict]:
+    """gcsckpt at 1 s/round (1 GB/s) and fsspec at 50 s/round (20 MB/s) on one case, plus a
+    second case where fsspec failed."""
+    rows = [
+        case_row(result("gcsckpt", [1.0, 1.0]), RUN),
+        case_row(result("fsspec", [50.0, 50.0]), RUN),
+        case_row(result("gcsckpt", [2.0, 2.0], name="load-olmoe_1b_7b_0924-fsdp-ws2"), RUN),
+        case_row(failed("fsspec", name="load-olmoe_1b_7b_0924-fsdp-ws2"), RUN),
+    ]
+    return add_baseline_ratios(rows)

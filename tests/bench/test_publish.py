@@ -1,0 +1,127 @@
+"""Publishers: results.json/csv, the Markdown tables, the PNG chart and publish_report."""
+
+import csv
+import io
+import json
+
+import matplotlib.image
+import pytest
+
+from gcsckpt.bench.metrics import RATIO_COLUMN, THROUGHPUT_COLUMN, case_row
+from gcsckpt.bench.publish.plot import build_throughput_figure, write_throughput_plot
+from gcsckpt.bench.publish.report import PLOT_NAME, publish_report
+from gcsckpt.bench.publish.results_files import read_results_json, write_results
+from gcsckpt.bench.publish.schema import RowValidationError, column_names
+from gcsckpt.bench.publish.table import format_report, summary_table, throughput_ratio
+from tests.bench.publish_fixtures import RUN, SIZE, result, two_reader_rows
+
+EP_CASE = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2"
+FSDP_CASE = "load-olmoe_1b_7b_0924-fsdp-ws2"
+
+
+def test_results_files_round_trip(tmp_path):
+    rows = two_reader_rows()
+    files = write_results(rows, tmp_path / "out")
+    assert read_results_json(files.json_path) == rows
+    assert list(json.loads(files.json_path.read_text())[0]) == column_names()  # schema order
+
+    with open(files.csv_path, newline="") as f:
+        table = list(csv.DictReader(f))
+    assert list(table[0]) == column_names()
+    assert len(table) == 4
+    gcsckpt_ep = table[0]
+    assert gcsckpt_ep["workload_implementation"] == "gcsckpt"
+    assert float(gcsckpt_ep[THROUGHPUT_COLUMN]) == rows[0][THROUGHPUT_COLUMN] == SIZE / 1.0
+    assert int(gcsckpt_ep["checkpoint_physical_size_bytes"]) == SIZE
+    assert gcsckpt_ep["checksums_verified"] == "true"
+    assert float(gcsckpt_ep[RATIO_COLUMN]) == pytest.approx(50.0)
+    failed = table[3]
+    assert (failed["status"], failed["error_message"]) == ("failed", "endpoint died")
+    assert failed[THROUGHPUT_COLUMN] == ""  # null
+    assert failed["checksums_verified"] == "false"
+
+
+def test_invalid_rows_write_nothing(tmp_path):
+    rows = two_reader_rows()
+    rows[1]["world_size"] = "two"
+    rows[2]["surprise"] = 1
+    with pytest.raises(RowValidationError) as err:
+        write_results(rows, tmp_path)
+    text = str(err.value)
+    assert "row 1 (case 'load-olmoe_1b_7b_0924-ep-dp2ep2-ws2', reader 'fsspec')" in text
+    assert "column 'world_size': expected INTEGER, got str 'two'" in text
+    assert "column 'surprise' is not in the schema" in text
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_summary_table_shows_each_reader_and_the_ratio():
+    rows = two_reader_rows()
+    lines = summary_table(rows).splitlines()
+    assert lines[0] == "| case | gcsckpt MB/s | fsspec MB/s | gcsckpt/fsspec |"
+    assert lines[2] == f"| {EP_CASE} | 1000.0 | 20.0 | 50.0x |"
+    assert lines[3] == f"| {FSDP_CASE} | 500.0 | failed | n/a |"
+    assert throughput_ratio(rows, EP_CASE, "gcsckpt", "fsspec") == pytest.approx(50.0)
+    assert throughput_ratio(rows, FSDP_CASE, "gcsckpt", "fsspec") is None
+
+
+def test_detail_table_rows_and_escaping():
+    rows = two_reader_rows()
+    rows[3]["error_message"] = "rank 1: bad | range\nsecond line"
+    report = format_report(rows)
+    detail = report.split("## Details")[1].strip().splitlines()
+    assert len(detail) == 2 + 4
+    cells = [c.strip() for c in detail[2].strip("|").split(" | ")]
+    # case, reader, status, rounds, mean s, p50 s, p99 s, MB/s, items/rank, requests/rank ...
+    assert cells[:10] == [
+        EP_CASE,
+        "gcsckpt",
+        "ok",
+        "2",
+        "1.00",
+        "1.00",
+        "1.00",
+        "1000.0",
+        "101",
+        "11",
+    ]
+    assert cells[10:13] == ["1.005", "2", "verified"]
+    assert "failed: rank 1: bad \\| range second line" in detail[5]
+
+
+def test_plot_bars_match_throughputs(tmp_path):
+    rows = two_reader_rows()
+    figure = build_throughput_figure(rows)
+    axes = figure.axes[0]
+    bars = {
+        container.get_label(): [round(p.get_height(), 3) for p in container.patches]
+        for container in axes.containers
+        if hasattr(container, "patches")
+    }
+    assert bars == {"gcsckpt": [1000.0, 500.0], "fsspec": [20.0]}
+    assert axes.get_yscale() == "log"  # 50x spread
+    assert [t.get_text() for t in axes.get_xticklabels()] == [EP_CASE, FSDP_CASE]
+    assert any(text.get_text() == "failed" for text in axes.texts)
+
+    path = write_throughput_plot(rows, tmp_path / "charts" / "throughput.png")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    height, width, _ = matplotlib.image.imread(path).shape
+    assert (width, height) == (600, 480)
+
+
+def test_plot_of_nothing_is_an_error():
+    with pytest.raises(ValueError, match="no result rows"):
+        build_throughput_figure([])
+
+
+def test_publish_report_writes_everything(tmp_path):
+    rows = [case_row(result("gcsckpt", [1.0, 1.0]), RUN), case_row(result("fsspec", [25.0]), RUN)]
+    out = io.StringIO()
+    report = publish_report(rows, tmp_path, out=out)
+    assert report.rows[0][RATIO_COLUMN] == pytest.approx(25.0)
+    assert report.files.json_path.exists() and report.files.csv_path.exists()
+    assert report.plot_path == tmp_path / PLOT_NAME and report.plot_path.stat().st_size > 0
+    assert f"| {EP_CASE} | 1000.0 | 40.0 | 25.0x |" in out.getvalue()
+    assert report.markdown == out.getvalue()
+    assert report.bigquery_rows == 0
+    with pytest.raises(ValueError, match="no result rows"):
+        publish_report([], tmp_path)

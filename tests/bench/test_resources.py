@@ -1,0 +1,102 @@
+"""resources: exact summaries of synthetic samples, and a live sampler over a real process tree."""
+
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from gcsckpt.bench.resources import ResourceSampler, TreeSample, summarize
+
+A, B, C = (101, 1.0), (102, 1.0), (103, 2.0)
+
+
+def test_summarize_peaks_and_means_exactly():
+    samples = [
+        TreeSample(0.0, {A: 10.0, B: 5.0}, {A: 100, B: 50}),
+        # 1 s later: A used 1.5 s, B 0.5 s -> 2.0 cores; C appeared having used 0.25 s.
+        TreeSample(1.0, {A: 11.5, B: 5.5, C: 0.25}, {A: 300, B: 50, C: 20}),
+        # B exited; A used 0.5 s over 2 s -> 0.25 cores (+ C's 0.25 s -> 0.375 cores).
+        TreeSample(3.0, {A: 12.0, C: 0.5}, {A: 120, C: 400}),
+    ]
+    usage = summarize(samples, network_received_bytes=7, network_sent_bytes=3)
+    assert usage.duration_s == 3.0
+    assert usage.sample_count == 3
+    assert usage.cpu_peak_cores == pytest.approx(2.25)  # 1.5 + 0.5 + 0.25 in the first second
+    # Total: A 2.0 s, B 0.5 s, C 0.5 s (counted from zero) = 3.0 s over 3 s.
+    assert usage.cpu_mean_cores == pytest.approx(1.0)
+    assert usage.memory_peak_bytes == 520  # 120 + 400 beats 300 + 50 + 20
+    assert usage.memory_peak_bytes_per_process_max == 400
+    assert (usage.network_received_bytes, usage.network_sent_bytes) == (7, 3)
+
+
+def test_summarize_rejects_too_few_or_unordered_samples():
+    one = TreeSample(0.0, {A: 1.0}, {A: 1})
+    with pytest.raises(ValueError, match="at least two"):
+        summarize([one], 0, 0)
+    with pytest.raises(ValueError, match="out of order"):
+        summarize([one, TreeSample(0.0, {A: 1.0}, {A: 1})], 0, 0)
+
+
+_CHILD = """
+import sys, time
+block = bytearray(int(sys.argv[1]))
+for i in range(0, len(block), 4096):
+    block[i] = 1  # touch every page so it is resident
+print("ready", flush=True)
+end = time.process_time() + float(sys.argv[2])
+while time.process_time() < end:
+    pass
+sys.stdin.read()  # hold the memory until the parent closes stdin
+"""
+
+
+def _loopback_transfer(nbytes: int) -> None:
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def drain():
+        conn, _ = server.accept()
+        with conn:
+            while conn.recv(1 << 20):
+                pass
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.sendall(b"\0" * nbytes)
+    reader.join()
+    server.close()
+
+
+def test_sampler_sees_child_memory_cpu_and_loopback_bytes():
+    alloc, busy_cpu_s, net = 200 * 2**20, 1.0, 32 * 2**20
+    with ResourceSampler(interval_s=0.05) as sampler:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(alloc), str(busy_cpu_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert child.stdout.readline().strip() == "ready"
+        _loopback_transfer(net)
+        child.communicate("", timeout=60)  # returns after the child spent busy_cpu_s of CPU
+        assert child.returncode == 0
+    usage = sampler.usage
+    assert usage.sample_count >= 3
+    assert usage.memory_peak_bytes_per_process_max >= alloc
+    assert usage.memory_peak_bytes >= alloc
+    # The child burned >= 1 CPU second inside the window; only its last interval may be missed.
+    assert usage.cpu_mean_cores * usage.duration_s >= 0.5 * busy_cpu_s
+    assert usage.cpu_peak_cores > 0.0
+    assert usage.network_received_bytes >= net
+    assert usage.network_sent_bytes >= net
+
+
+def test_sampler_must_start_before_stop():
+    sampler = ResourceSampler()
+    with pytest.raises(RuntimeError, match="not started"):
+        sampler.stop()
+    with pytest.raises(ValueError, match="interval_s"):
+        ResourceSampler(interval_s=0)

@@ -1,0 +1,115 @@
+"""Failure paths of the runner: a load whose endpoint drops every connection, a corrupted object.
+
+In both, the failing (case, reader) row says why, the other rows still run, and the run
+publishes every row. Tiny OLMoE on 2 gloo ranks, local GCS.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import pytest
+
+from gcsckpt.bench.runner import run_benchmark
+from gcsckpt.bench.runner_config import RunConfig
+from gcsckpt.dcp.metadata_codec import load_metadata
+from gcsckpt.testing import Fault, FaultProxy, LocalGCS
+
+BUCKET = "runner-failures"
+FSDP = "load-olmoe_1b_7b_0924-fsdp-ws2"
+EP = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2"
+
+
+def _config(endpoint: str, prefix: str, output_dir, **changes) -> RunConfig:
+    fields = dict(
+        cases=("load-olmoe_1b_7b_0924-*",),
+        sweep_axes=("model", "strategy"),
+        bucket=f"gs://{BUCKET}/{prefix}",
+        endpoint=endpoint,
+        rounds=1,
+        world_size_override=2,
+        model_scale="tiny",
+        output_dir=str(output_dir),
+        job_timeout_s=300.0,
+    )
+    fields.update(changes)
+    return RunConfig(**fields)
+
+
+def _run(config: RunConfig):
+    out = io.StringIO()
+    outcome = run_benchmark(config, out=out, live_progress=False)
+    return outcome, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    with LocalGCS() as endpoint:
+        endpoint.create_bucket(BUCKET)
+        yield endpoint
+
+
+def _objects(gcs: LocalGCS, prefix: str) -> list[str]:
+    return [b.name for b in gcs.storage_client().list_blobs(BUCKET, prefix=prefix)]
+
+
+def test_endpoint_dying_mid_load_fails_that_case_and_the_run_goes_on(gcs, tmp_path):
+    # Save both checkpoints through the healthy endpoint first (gcsckpt only, to be quick).
+    setup, _ = _run(_config(gcs.endpoint, "dies", tmp_path / "setup", readers=("gcsckpt",)))
+    assert setup.failures == []
+    data = [n for n in _objects(gcs, f"dies/{FSDP}/checkpoint/") if n.endswith(".distcp")]
+    assert data
+    # Every read of the fsdp checkpoint's data objects is cut off halfway (TCP reset).
+    faults = [Fault("reset_mid_body", count=None, object_name=name) for name in data]
+    with FaultProxy(upstream=gcs.endpoint, faults=faults) as proxy:
+        outcome, text = _run(_config(proxy.endpoint, "dies", tmp_path / "dies"))
+        assert proxy.counts["reset_mid_body"] > 0
+    by_pair = {(r.case.name, r.reader): r for r in outcome.results}
+    assert list(by_pair) == [(FSDP, "gcsckpt"), (FSDP, "fsspec"), (EP, "gcsckpt"), (EP, "fsspec")]
+    ours = by_pair[(FSDP, "gcsckpt")]
+    assert ours.status == "failed" and not ours.checksums_verified
+    assert "CheckpointReadError" in ours.error_message
+    assert f"gs://{BUCKET}/dies/{FSDP}/checkpoint/__" in ours.error_message
+    assert by_pair[(FSDP, "fsspec")].status == "failed"
+    assert by_pair[(FSDP, "fsspec")].error_message.startswith("rank ")
+    for reader in ("gcsckpt", "fsspec"):
+        assert by_pair[(EP, reader)].status == "ok" and by_pair[(EP, reader)].checksums_verified
+    assert f"{FSDP} with gcsckpt FAILED: rank " in text
+    rows = {(r["benchmark_case_id"], r["workload_implementation"]): r for r in outcome.report.rows}
+    assert rows[(FSDP, "gcsckpt")]["status"] == "failed"
+    assert rows[(FSDP, "gcsckpt")]["round_duration_mean_seconds"] is None
+    assert rows[(EP, "gcsckpt")]["checkpoint_read_throughput_ratio_to_baseline"] > 0
+
+
+def _flip_middle_of_largest_item(gcs: LocalGCS, checkpoint: str) -> str:
+    """XORs 16 bytes in the middle of the checkpoint's largest item; returns the object name."""
+    metadata = load_metadata(gcs.get(BUCKET, f"{checkpoint}/.metadata"), source="test")
+    info = max(metadata.storage_data.values(), key=lambda i: i.length)
+    name = f"{checkpoint}/{info.relative_path}"
+    data = bytearray(gcs.get(BUCKET, name))
+    middle = info.offset + info.length // 2
+    data[middle : middle + 16] = bytes(b ^ 0xFF for b in data[middle : middle + 16])
+    gcs.put(BUCKET, name, bytes(data))
+    return name
+
+
+def test_corrupted_object_is_reported_as_a_checksum_failure(gcs, tmp_path):
+    config = _config(
+        gcs.endpoint, "corrupt", tmp_path / "setup", cases=("load-olmoe_1b_7b_0924-fsdp-ws8",)
+    )
+    setup, _ = _run(dataclasses.replace(config, readers=("gcsckpt",)))
+    assert setup.failures == []
+    _flip_middle_of_largest_item(gcs, f"corrupt/{FSDP}/checkpoint")
+
+    outcome, text = _run(dataclasses.replace(config, output_dir=str(tmp_path / "run")))
+    assert f"{FSDP}: reusing the checkpoint" in text  # same sizes: the corruption is not seen
+    ours, stock = outcome.results
+    assert ours.status == "failed" and not ours.checksums_verified
+    assert "checksum mismatch in round 1 rank" in ours.error_message
+    # torch.load does not check the archive's CRCs either: the stock reader loads the flipped
+    # bytes, and only the checksums catch it.
+    assert stock.status == "failed" and not stock.checksums_verified
+    assert "checksum mismatch in round 1 rank" in stock.error_message
+    row = outcome.report.rows[0]
+    assert row["checksums_verified"] is False and "checksum mismatch" in row["error_message"]

@@ -1,0 +1,86 @@
+"""The benchmark's command line: --list, and usage errors for bad flags (exit code 1)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from absl import app
+
+from gcsckpt.bench.flags import FLAGS
+from gcsckpt.bench.runner_main import main
+
+PROGRAM = os.path.join("bench", "checkpoint_load.py")
+OLMOE_EP = os.path.join("bench", "olmoe_ep.py")
+
+
+def _program(*args: str, script: str = PROGRAM) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run(
+        [sys.executable, script, *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+@pytest.fixture
+def parse():
+    """Parses flags for an in-process main() call and resets them afterwards."""
+
+    def _parse(*args: str) -> None:
+        FLAGS.unparse_flags()
+        FLAGS(["prog", *args])
+
+    yield _parse
+    FLAGS.unparse_flags()
+
+
+def test_list_prints_the_selected_cases(capsys, parse):
+    parse("--list", "--cases=load-olmoe*", "--sweep_axes=model strategy", "--world_size_override=4")
+    assert main(["prog"]) == 0
+    assert capsys.readouterr().out.split() == [
+        "load-olmoe_1b_7b_0924-fsdp-ws4",
+        "load-olmoe_1b_7b_0924-ep-dp4ep4-ws4",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--readers=gcsckpt,s3"], "--readers"),
+        (["--rounds=0"], "--rounds must be >= 1"),
+        (["--stream_mbps=-5"], "--stream_mbps"),
+        (["--cases=load-nothing*"], "matches no case"),
+        (["--sweep_axes=colour"], "unknown sweep axes"),
+        (["--world_size_override=3"], "world size 3"),
+        (["--bucket=s3://x", "--list"], "gs://bucket"),
+    ],
+)
+def test_bad_values_are_usage_errors_naming_the_flag(parse, args, message):
+    parse(*args)
+    with pytest.raises(app.UsageError, match=message):
+        main(["prog"])
+
+
+def test_stray_arguments_are_a_usage_error(parse):
+    parse()
+    with pytest.raises(app.UsageError, match="unexpected arguments"):
+        main(["prog", "olmoe"])
+
+
+def test_program_exits_1_with_usage_on_bad_flags():
+    done = _program("--model_scale=huge")
+    assert done.returncode == 1
+    assert "model_scale" in done.stderr and "huge" in done.stderr
+    done = _program("--readers=fsspec,fsspec")
+    assert done.returncode == 1
+    assert "--readers" in done.stderr and "Any cases of the catalogue" in done.stderr
+
+
+def test_olmoe_ep_defaults_select_the_pair():
+    done = _program("--list", script=OLMOE_EP)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [
+        "load-olmoe_1b_7b_0924-fsdp-ws8",
+        "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8",
+    ]

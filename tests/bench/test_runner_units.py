@@ -1,0 +1,196 @@
+"""Runner pieces without rank processes: case selection, config, result verdicts, counters."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from torch.distributed.checkpoint.api import CheckpointException
+
+from gcsckpt.bench import baseline
+from gcsckpt.bench.case_result import CaseInfo
+from gcsckpt.bench.cases import CaseError, load_catalogue
+from gcsckpt.bench.runner_cases import override_world_size, select_run_cases
+from gcsckpt.bench.runner_config import RunConfig
+from gcsckpt.bench.runner_manifest import SetupManifest
+from gcsckpt.bench.runner_results import load_result
+from gcsckpt.bench.worker import RankFailure
+from gcsckpt.bench.worker_jobs import RankLoadResult, RankRound
+from gcsckpt.bench.worker_load import describe_error
+
+FSDP = "load-olmoe_1b_7b_0924-fsdp-ws8"
+EP = "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"
+
+
+def _case(name: str):
+    return load_catalogue(model_scale="tiny").get(name)
+
+
+def test_override_world_size_moves_dp_shard_and_ep_together():
+    ep = override_world_size(_case(EP), 4)
+    assert (ep.name, ep.data_parallel_size, ep.expert_parallel_size) == (
+        "load-olmoe_1b_7b_0924-ep-dp4ep4-ws4",
+        4,
+        4,
+    )
+    hsdp = override_world_size(_case("load-llama_3_1_8b-hsdp-dpr2dp4-ws8"), 4)
+    assert (hsdp.data_parallel_replicate_size, hsdp.data_parallel_size) == (2, 2)
+    tp = override_world_size(_case("load-llama_3_1_8b-tp-tp8-ws8"), 2)
+    assert tp.name == "load-llama_3_1_8b-tp-tp2-ws2"
+    single = override_world_size(_case(EP), 1)
+    assert (single.name, single.data_parallel_size, single.expert_parallel_size) == (
+        "load-olmoe_1b_7b_0924-ep-ws1",
+        1,
+        1,
+    )
+
+
+def test_override_world_size_names_the_case_it_cannot_resize():
+    with pytest.raises(CaseError, match="hsdp-dpr4dp2-ws8"):
+        override_world_size(_case("load-llama_3_1_8b-hsdp-dpr4dp2-ws8"), 4)
+
+
+def test_select_run_cases_by_glob_and_axes():
+    cases = select_run_cases(
+        None,
+        patterns=["load-olmoe*"],
+        axes=["model", "strategy"],
+        model_scale="tiny",
+        world_size_override=2,
+    )
+    assert [c.name for c in cases] == [
+        "load-olmoe_1b_7b_0924-fsdp-ws2",
+        "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2",
+    ]
+    assert all(c.model == "olmoe_1b_7b_0924:tiny" for c in cases)
+    with pytest.raises(CaseError, match="matches no case"):
+        select_run_cases(None, patterns=["load-nothing*"], model_scale="tiny")
+
+
+@pytest.mark.parametrize(
+    ("changes", "flag"),
+    [
+        ({"readers": ("gcsckpt", "s3")}, "--readers"),
+        ({"readers": ()}, "--readers"),
+        ({"rounds": 0}, "--rounds"),
+        ({"model_scale": "huge"}, "--model_scale"),
+        ({"device": "tpu"}, "--device"),
+        ({"latency_ms": -1.0}, "--latency_ms"),
+        ({"stream_mbps": 0.0}, "--stream_mbps"),
+    ],
+)
+def test_run_config_rejects_bad_values_naming_the_flag(changes, flag):
+    with pytest.raises(ValueError, match=flag):
+        RunConfig(**changes)
+
+
+def test_baseline_rounds_apply_to_fsspec_only():
+    config = RunConfig(rounds=3, baseline_rounds=1)
+    assert config.rounds_for("gcsckpt", 5) == 3
+    assert config.rounds_for("fsspec", 5) == 1
+    assert RunConfig().rounds_for("fsspec", 5) == 5
+
+
+def _round(start: float, mismatches: int = 0, committed: int = 100) -> RankRound:
+    counters = {"read_items": 10, "requests": 3, "bytes_needed": 120, "bytes_fetched": 120}
+    keys = tuple(f"model.w{i}" for i in range(mismatches))
+    return RankRound(start, start + 2.0, counters, committed, 100, keys, mismatches)
+
+
+_INFO = CaseInfo(name="load-x-fsdp-ws2", model_id="x", strategy="fsdp", world_size=2)
+_MANIFEST = SetupManifest(
+    "load-x-fsdp-ws2", "0" * 16, 2, {".metadata": 10, "__0_0.distcp": 90}, "t"
+)
+
+
+def _result(gathered, rounds_wanted=2):
+    return load_result(
+        _INFO, "gcsckpt", gathered, rounds_wanted, manifest=_MANIFEST, reader_options={}
+    )
+
+
+def test_load_result_ok_round_spans_first_start_to_last_end():
+    gathered = [
+        RankLoadResult(0, (_round(10.0), _round(20.0))),
+        RankLoadResult(1, (_round(10.5), _round(19.0))),
+    ]
+    result = _result(gathered)
+    assert result.status == "ok" and result.checksums_verified
+    assert [r.duration_s for r in result.rounds] == [2.5, 3.0]
+    assert result.checkpoint_physical_size_bytes == 100
+    assert result.rounds[0].rank_counters[1].requests == 3
+
+
+def test_load_result_fails_on_checksum_mismatch_with_rank_and_keys():
+    gathered = [
+        RankLoadResult(0, (_round(10.0), _round(20.0))),
+        RankLoadResult(1, (_round(10.0), _round(20.0, mismatches=2))),
+    ]
+    result = _result(gathered)
+    assert result.status == "failed" and not result.checksums_verified
+    assert "checksum mismatch in round 2 rank 1: 2 entries differ (model.w0, model.w1)" in (
+        result.error_message
+    )
+
+
+def test_load_result_fails_when_bytes_committed_differ():
+    gathered = [
+        RankLoadResult(0, (_round(1.0, committed=99),)),
+        RankLoadResult(1, (_round(1.0),)),
+    ]
+    result = _result(gathered, rounds_wanted=1)
+    assert result.status == "failed"
+    assert "round 1 rank 0: 99 tensor bytes loaded, 100 expected" in result.error_message
+
+
+def test_load_result_reports_rank_errors_and_missing_rounds():
+    error = "rank 0: CheckpointReadError: gs://b/o bytes=0-9: reset"
+    gathered = [RankLoadResult(0, (_round(1.0),), error), RankLoadResult(1, (_round(1.0),), error)]
+    result = _result(gathered, rounds_wanted=3)
+    assert result.status == "failed" and result.error_message == error
+    assert len(result.rounds) == 1
+
+    failure = _result([RankFailure(1, "rank 1: OSError: disk"), RankLoadResult(0, ())])
+    assert failure.status == "failed" and "rank 1: OSError: disk" in failure.error_message
+
+
+def test_describe_error_keeps_one_line_per_rank():
+    try:
+        raise OSError("gs://b/ckpt/__0_0.distcp bytes=0-99: connection reset")
+    except OSError as err:
+        wrapped = (err, None)
+    exc = CheckpointException("load failed", {1: wrapped, 0: (ValueError("bad"), None)})
+    text = describe_error(exc)
+    assert text == (
+        "rank 0: ValueError: bad; "
+        "rank 1: OSError: gs://b/ckpt/__0_0.distcp bytes=0-99: connection reset"
+    )
+
+
+def test_baseline_counter_separates_metadata_bytes():
+    baseline.take_request_counts()
+    counter = baseline._COUNTER
+    counter.add("http://h/download/storage/v1/b/b/o/p%2Fckpt%2F.metadata?alt=media", b"x" * 7)
+    counter.add("http://h/download/storage/v1/b/b/o/p%2Fckpt%2F__0_0.distcp?alt=media", b"y" * 5)
+    counts = baseline.take_request_counts()
+    assert (counts.requests, counts.metadata_bytes, counts.data_bytes) == (2, 7, 5)
+    assert baseline.take_request_counts().requests == 0
+
+
+def test_counting_planner_counts_committed_bytes():
+    from gcsckpt.bench.worker_planner import CountingLoadPlanner
+
+    seen = []
+    planner = CountingLoadPlanner(progress=lambda done, total: seen.append((done, total)))
+    planner.read_items = 2
+    planner.commit_tensor(None, torch.zeros(3, 4, dtype=torch.bfloat16))
+    planner.state_dict, planner.flatten_state_dict = {}, False
+    read_item = type("Item", (), {"dest_index": type("I", (), {"fqn": "lr"})()})()
+    buffer = io.BytesIO()
+    torch.save(0.5, buffer)
+    buffer.seek(0)
+    planner.load_bytes(read_item, buffer)
+    assert (planner.committed_items, planner.committed_tensor_bytes) == (2, 24)
+    assert planner.state_dict["lr"] == 0.5
+    assert seen[-1] == (2, 2)
