@@ -178,11 +178,16 @@ def test_baseline_counter_separates_metadata_bytes():
     assert baseline.take_request_counts().requests == 0
 
 
-def test_counting_planner_counts_committed_bytes():
-    from gcsckpt.bench.worker_planner import CountingLoadPlanner
+@pytest.mark.parametrize(
+    "reader, planner_class",
+    [("fsspec", "CountingLoadPlanner"), ("gcsckpt", "CountingGCSLoadPlanner")],
+)
+def test_counting_planner_counts_committed_bytes(reader, planner_class):
+    from gcsckpt.bench.worker_planner import counting_planner_for
 
     seen = []
-    planner = CountingLoadPlanner(progress=lambda done, total: seen.append((done, total)))
+    planner = counting_planner_for(reader, progress=lambda done, total: seen.append((done, total)))
+    assert type(planner).__name__ == planner_class
     planner.read_items = 2
     planner.commit_tensor(None, torch.zeros(3, 4, dtype=torch.bfloat16))
     planner.state_dict, planner.flatten_state_dict = {}, False

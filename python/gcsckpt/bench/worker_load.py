@@ -2,7 +2,8 @@
 
 Per round, outside the timed window: build the case's state with a seed that differs from the
 save seed (so values that were not loaded cannot pass as loaded), make a new reader and a new
-``CountingLoadPlanner``, then barrier. Inside it: ``time.time()``, ``dcp.load``, ``time.time()``.
+``counting_planner_for(reader)``, then barrier. Inside it: ``time.time()``, ``dcp.load``,
+``time.time()``.
 After a second barrier the rank checks its load: every state-dict entry's sha256 equals the one
 taken at save time, and the committed tensor bytes equal the bytes the state dict holds.
 """
@@ -28,7 +29,7 @@ from gcsckpt.bench.worker_jobs import (
     checksums_object,
     round_seed,
 )
-from gcsckpt.bench.worker_planner import CountingLoadPlanner
+from gcsckpt.bench.worker_planner import counting_planner_for
 from gcsckpt.bench.worker_setup import rank_device
 from gcsckpt.dcp import GCSStorageReader, ObjectStore
 from gcsckpt.models.state import expected_bytes, local_checksums
@@ -71,7 +72,7 @@ def _make_reader(job: LoadJob):
     return baseline.make_fsspec_reader(job.storage.checkpoint_url, job.storage.endpoint)
 
 
-def _counters(job: LoadJob, reader: Any, planner: CountingLoadPlanner) -> dict[str, Any]:
+def _counters(job: LoadJob, reader: Any, planner: Any) -> dict[str, Any]:
     """RankCounters fields. Requests include the ``.metadata`` GET(s); bytes_fetched does not
     (it is compared with bytes_needed, the bytes the rank's items occupy in storage)."""
     common = {"read_items": planner.read_items, "bytes_needed": planner.storage_bytes_needed}
@@ -120,8 +121,9 @@ def run_load(job: LoadJob, report) -> RankLoadResult:
         state = build_app_state(job.case, mesh, seed=round_seed(index), device=device)
         needed = expected_bytes(state)
         reader = _make_reader(job)
-        planner = CountingLoadPlanner(
-            progress=lambda done, total, label=label: report(f"{label}: load", done, total)
+        planner = counting_planner_for(
+            job.reader,
+            progress=lambda done, total, label=label: report(f"{label}: load", done, total),
         )
         if job.reader == "fsspec":
             baseline.take_request_counts()  # drop what setting up the reader sent

@@ -1,4 +1,8 @@
-"""A DCP load planner that counts what a load delivered, whatever the StorageReader.
+"""DCP load planners that count what a load delivered, whatever the StorageReader.
+
+``CountingLoadPlanner`` is torch's ``DefaultLoadPlanner`` (the stock path, used with the stock
+FsspecReader); ``CountingGCSLoadPlanner`` is gcsckpt's ``GCSLoadPlanner`` (the gcsckpt path).
+``counting_planner_for(reader)`` picks the one each reader's users would run.
 
 Both readers (GCSStorageReader and the stock FsspecReader) hand every tensor item to
 ``commit_tensor`` and every BYTE_IO item to ``load_bytes``, so counting there gives the same
@@ -17,13 +21,15 @@ import torch
 from torch.distributed.checkpoint import DefaultLoadPlanner
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
 
+from gcsckpt.dcp import GCSLoadPlanner
+
 ProgressFn = Callable[[float, float | None], None]
 
 _REPORT_INTERVAL_S = 0.5  # progress messages per rank at most twice a second
 
 
-class CountingLoadPlanner(DefaultLoadPlanner):
-    """``DefaultLoadPlanner`` plus per-load counters (one instance per load, as DCP expects).
+class _LoadCounters:
+    """Per-load counters mixed into a load planner (one instance per load, as DCP expects).
 
     Attributes (valid after ``dcp.load`` returns):
       read_items: ReadItems in this rank's final plan (tensor and BYTE_IO).
@@ -82,3 +88,19 @@ class CountingLoadPlanner(DefaultLoadPlanner):
         if force or done or now - self._last_report >= _REPORT_INTERVAL_S:
             self._last_report = now
             self._progress(self.committed_items, self.read_items or None)
+
+
+class CountingLoadPlanner(_LoadCounters, DefaultLoadPlanner):
+    """torch's ``DefaultLoadPlanner`` with the counters of ``_LoadCounters``."""
+
+
+class CountingGCSLoadPlanner(_LoadCounters, GCSLoadPlanner):
+    """gcsckpt's ``GCSLoadPlanner`` with the counters of ``_LoadCounters``."""
+
+
+def counting_planner_for(reader: str, progress: ProgressFn | None = None) -> _LoadCounters:
+    """The counting planner for ``reader`` ("gcsckpt" or "fsspec"): each reader runs with the
+    planner its users would use, so the comparison is product path against stock path."""
+    if reader == "gcsckpt":
+        return CountingGCSLoadPlanner(progress=progress)
+    return CountingLoadPlanner(progress=progress)

@@ -1,0 +1,257 @@
+// pybind11 module `_gcsio`: the C++ range reader as seen from Python. gcsckpt.io wraps it with
+// the public API (RangeReader, ReadHandle, RangeReadError); this layer only converts types and
+// releases the GIL around every wait.
+#include <curl/curl.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cc/gcsio/engine.h"
+#include "cc/gcsio/metadata_client.h"
+#include "cc/gcsio/py_requests.h"
+#include "cc/gcsio/py_token_source.h"
+#include "cc/gcsio/url.h"
+
+namespace py = pybind11;
+
+namespace gcsio {
+namespace {
+
+// Waits block in short slices so Ctrl-C (a pending signal) can interrupt them.
+constexpr double kWaitSlice_s = 0.2;
+
+class PyBatch {
+ public:
+  PyBatch(std::shared_ptr<Engine> engine, std::shared_ptr<Batch> batch,
+          std::vector<std::unique_ptr<HeldBuffer>> views)
+      : engine_(std::move(engine)), batch_(std::move(batch)), views_(std::move(views)) {}
+
+  ~PyBatch() {
+    {
+      py::gil_scoped_release release;
+      engine_->Cancel(batch_);  // no-op for a finished batch
+      engine_.reset();
+    }
+    views_.clear();
+  }
+
+  // (newly complete indices, failed). Raises TimeoutError after `timeout_s`.
+  py::tuple NextCompleted(std::optional<double> timeout_s) {
+    const double limit = timeout_s.value_or(-1);
+    double waited = 0;
+    Batch::Progress p;
+    while (true) {
+      const double slice = limit < 0 ? kWaitSlice_s : std::min(kWaitSlice_s, limit - waited);
+      {
+        py::gil_scoped_release release;
+        p = batch_->NextCompleted(std::max(slice, 0.0));
+      }
+      if (!p.timed_out) break;
+      waited += slice;
+      CheckSignals();
+      if (limit >= 0 && waited >= limit) {
+        PyErr_SetString(PyExc_TimeoutError, "no request completed within the timeout");
+        throw py::error_already_set();
+      }
+    }
+    if (!p.failed && p.completed.empty()) ReleaseViewsIfFinished();
+    return py::make_tuple(p.completed, p.failed);
+  }
+
+  // Blocks until every fetch has ended; returns whether any request failed.
+  bool Wait() {
+    while (true) {
+      bool finished;
+      {
+        py::gil_scoped_release release;
+        finished = batch_->WaitFinishedFor(kWaitSlice_s);
+      }
+      if (finished) break;
+      CheckSignals();
+    }
+    ReleaseViewsIfFinished();
+    return !batch_->Failures().empty();
+  }
+
+  bool Done() const { return batch_->Finished(); }
+
+  void Cancel() {
+    {
+      py::gil_scoped_release release;
+      engine_->Cancel(batch_);
+    }
+    views_.clear();
+  }
+
+  // [(request index, HTTP status or 0, error, attempts)]
+  std::vector<std::tuple<uint32_t, long, std::string, int>> Failures() const {
+    std::vector<std::tuple<uint32_t, long, std::string, int>> out;
+    for (const RequestFailure& f : batch_->Failures()) {
+      out.emplace_back(f.request, f.status, f.error, f.attempts);
+    }
+    return out;
+  }
+
+  size_t size() const { return batch_->num_requests(); }
+  size_t num_fetches() const { return batch_->num_fetches(); }
+
+ private:
+  // On Ctrl-C: stop the batch so nothing writes into buffers the caller may now reuse.
+  void CheckSignals() {
+    if (PyErr_CheckSignals() != 0) {
+      py::error_already_set err;
+      Cancel();
+      throw err;
+    }
+  }
+
+  void ReleaseViewsIfFinished() {
+    if (batch_->Finished()) views_.clear();
+  }
+
+  std::shared_ptr<Engine> engine_;
+  std::shared_ptr<Batch> batch_;
+  std::vector<std::unique_ptr<HeldBuffer>> views_;
+};
+
+class PyReader {
+ public:
+  PyReader(const EngineOptions& options, const py::object& token_source)
+      : engine_(std::make_shared<Engine>(options, MakePyTokenSource(token_source))) {}
+
+  ~PyReader() {
+    py::gil_scoped_release release;
+    engine_.reset();
+  }
+
+  std::unique_ptr<PyBatch> Submit(const py::object& requests) {
+    Engine& engine = Live();
+    ParsedRequests parsed = ParseRequests(requests.ptr());
+    std::shared_ptr<Batch> batch;
+    {
+      py::gil_scoped_release release;
+      batch = engine.Submit(std::move(parsed.objects), std::move(parsed.ranges),
+                            std::move(parsed.dests));
+    }
+    return std::make_unique<PyBatch>(engine_, std::move(batch), std::move(parsed.views));
+  }
+
+  // (status, body bytes, error, attempts)
+  py::tuple Metadata(const std::string& bucket, const std::string& object) {
+    Engine& engine = Live();
+    MetadataResult r;
+    {
+      py::gil_scoped_release release;
+      r = FetchObjectMetadata(engine, bucket, object);
+    }
+    return py::make_tuple(r.status, py::bytes(r.body), r.error, r.attempts);
+  }
+
+  py::dict Stats() {
+    const StatsSnapshot s = Live().stats().Snapshot();
+    py::dict d;
+    d["requests"] = s.requests;
+    d["bytes_received"] = s.bytes_received;
+    d["bytes_delivered"] = s.bytes_delivered;
+    d["retries"] = s.retries;
+    d["retries_by_cause"] = s.retries_by_cause;
+    d["failures"] = s.failures;
+    d["connections_opened"] = s.connections_opened;
+    d["connections_reused"] = s.connections_reused;
+    d["latency_p50_s"] = s.latency_p50_s;
+    d["latency_p90_s"] = s.latency_p90_s;
+    d["latency_p99_s"] = s.latency_p99_s;
+    d["ttfb_p50_s"] = s.ttfb_p50_s;
+    d["ttfb_p90_s"] = s.ttfb_p90_s;
+    d["ttfb_p99_s"] = s.ttfb_p99_s;
+    return d;
+  }
+
+  void ResetStats() { Live().stats().Reset(); }
+
+  // Stops the workers and cancels queued work; later calls raise.
+  void Close() {
+    std::shared_ptr<Engine> engine = std::move(engine_);
+    py::gil_scoped_release release;
+    engine.reset();
+  }
+
+  bool closed() const { return engine_ == nullptr; }
+
+ private:
+  Engine& Live() {
+    if (!engine_) throw std::runtime_error("RangeReader is closed");
+    return *engine_;
+  }
+
+  std::shared_ptr<Engine> engine_;
+};
+
+}  // namespace
+}  // namespace gcsio
+
+PYBIND11_MODULE(_gcsio, m) {
+  using gcsio::EngineOptions;
+  using gcsio::PyBatch;
+  using gcsio::PyReader;
+  m.doc() = "C++ GCS range reader (libcurl multi, keep-alive, GIL released while waiting).";
+  m.def(
+      "curl_version", [] { return std::string(curl_version()); },
+      "libcurl's version string, e.g. 'libcurl/7.88.1 OpenSSL/3.0.x ...'.");
+
+  py::class_<PyBatch>(m, "Batch")
+      .def("next_completed", &PyBatch::NextCompleted, py::arg("timeout_s") = py::none())
+      .def("wait", &PyBatch::Wait)
+      .def("done", &PyBatch::Done)
+      .def("cancel", &PyBatch::Cancel)
+      .def("failures", &PyBatch::Failures)
+      .def("num_fetches", &PyBatch::num_fetches)
+      .def("__len__", &PyBatch::size);
+
+  py::class_<PyReader>(m, "Reader")
+      .def(py::init([](const std::string& endpoint, int max_inflight_requests,
+                       uint64_t max_inflight_bytes, uint64_t chunk_bytes,
+                       uint64_t coalesce_gap_bytes, uint64_t min_chunk_bytes, int num_threads,
+                       int max_attempts, double initial_backoff_s, double max_backoff_s,
+                       double deadline_s, double connect_timeout_s, double stall_timeout_s,
+                       long recv_buffer_bytes, const py::object& token_source,
+                       const std::string& credential_description) {
+             EngineOptions o;
+             o.endpoint = gcsio::NormalizeEndpoint(endpoint);
+             o.max_inflight_requests = max_inflight_requests;
+             o.max_inflight_bytes = max_inflight_bytes;
+             o.plan.chunk_bytes = chunk_bytes;
+             o.plan.coalesce_gap_bytes = coalesce_gap_bytes;
+             // Small batches are cut finer so that they fill half the request slots: filling
+             // all of them made mid-size reads slower where CPU is short (see io/defaults.py).
+             o.plan.target_fetches = static_cast<uint32_t>(std::max(max_inflight_requests / 2, 1));
+             o.plan.min_chunk_bytes = min_chunk_bytes;
+             o.num_threads = num_threads;
+             o.retry.max_attempts = max_attempts;
+             o.retry.initial_backoff_s = initial_backoff_s;
+             o.retry.max_backoff_s = max_backoff_s;
+             o.retry.deadline_s = deadline_s;
+             o.connect_timeout_s = connect_timeout_s;
+             o.stall_timeout_s = stall_timeout_s;
+             o.recv_buffer_bytes = recv_buffer_bytes;
+             o.credential_description = credential_description;
+             return std::make_unique<PyReader>(o, token_source);
+           }),
+           py::arg("endpoint"), py::arg("max_inflight_requests"), py::arg("max_inflight_bytes"),
+           py::arg("chunk_bytes"), py::arg("coalesce_gap_bytes"), py::arg("min_chunk_bytes"),
+           py::arg("num_threads"), py::arg("max_attempts"), py::arg("initial_backoff_s"),
+           py::arg("max_backoff_s"), py::arg("deadline_s"), py::arg("connect_timeout_s"),
+           py::arg("stall_timeout_s"), py::arg("recv_buffer_bytes"), py::arg("token_source"),
+           py::arg("credential_description"))
+      .def("submit", &PyReader::Submit, py::arg("requests"))
+      .def("metadata", &PyReader::Metadata, py::arg("bucket"), py::arg("object"))
+      .def("stats", &PyReader::Stats)
+      .def("reset_stats", &PyReader::ResetStats)
+      .def("close", &PyReader::Close)
+      .def_property_readonly("closed", &PyReader::closed);
+}

@@ -1,0 +1,83 @@
+// One libcurl easy handle that performs ranged GET attempts for fetches, writes validated body
+// bytes through a ScatterWriter and judges each finished attempt.
+#ifndef CC_GCSIO_HTTP_TRANSFER_H_
+#define CC_GCSIO_HTTP_TRANSFER_H_
+
+#include <curl/curl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "cc/gcsio/read_stats.h"
+#include "cc/gcsio/response_check.h"
+#include "cc/gcsio/scatter_writer.h"
+
+namespace gcsio {
+
+struct AttemptSetup {
+  std::string url;
+  AttemptRange range;        // object bytes this attempt asks for
+  uint64_t body_pos = 0;     // where range.first sits within the fetch body
+  std::string bearer_token;  // "" sends no Authorization header
+  long connect_timeout_ms = 10000;
+  long recv_buffer_bytes = 256 << 10;
+  ScatterWriter* writer = nullptr;
+  const std::atomic<bool>* cancelled = nullptr;
+  ReadStats* stats = nullptr;
+};
+
+class HttpTransfer {
+ public:
+  HttpTransfer();  // throws std::runtime_error if libcurl cannot make a handle
+  ~HttpTransfer();
+  HttpTransfer(const HttpTransfer&) = delete;
+  HttpTransfer& operator=(const HttpTransfer&) = delete;
+
+  CURL* easy() const { return easy_; }
+
+  // Configures the handle for a new attempt and clears the previous attempt's state.
+  void Begin(const AttemptSetup& setup);
+
+  // Judges a finished attempt from libcurl's result code. `credential` is named in 401/403
+  // messages.
+  Outcome Finish(CURLcode code, std::string_view bucket, std::string_view object,
+                 std::string_view credential);
+
+  // Validated body bytes this attempt wrote into destinations.
+  uint64_t received() const { return received_; }
+  // When the attempt last saw a header or body byte (stall detection).
+  std::chrono::steady_clock::time_point last_activity() const { return last_activity_; }
+  // x-goog-generation of the answer, 0 if absent.
+  int64_t generation() const { return generation_; }
+  long new_connections() const;
+  double total_time_s() const;
+  double ttfb_s() const;
+
+ private:
+  static size_t HeaderThunk(char* data, size_t size, size_t count, void* self);
+  static size_t BodyThunk(char* data, size_t size, size_t count, void* self);
+  void OnHeader(std::string_view line);
+  size_t OnBody(const char* data, size_t n);
+
+  CURL* easy_;
+  curl_slist* headers_ = nullptr;
+  char errbuf_[CURL_ERROR_SIZE];
+  AttemptSetup setup_;
+  long status_ = 0;
+  std::string content_range_;
+  int64_t content_length_ = -1;
+  int64_t generation_ = 0;
+  bool headers_checked_ = false;
+  bool rejected_ = false;
+  Outcome rejection_;
+  std::string error_body_;
+  uint64_t received_ = 0;
+  std::chrono::steady_clock::time_point last_activity_;
+};
+
+}  // namespace gcsio
+
+#endif  // CC_GCSIO_HTTP_TRANSFER_H_

@@ -1,0 +1,166 @@
+#include "cc/gcsio/response_check.h"
+
+#include <curl/curl.h>
+
+#include <cctype>
+#include <charconv>
+
+#include "cc/gcsio/retry_policy.h"
+
+namespace gcsio {
+namespace {
+
+bool ParseU64(std::string_view s, uint64_t* out) {
+  if (s.empty()) return false;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && ptr == s.data() + s.size();
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return s;
+}
+
+// Keeps printable ASCII of a server's error body, shortened, for messages.
+std::string Snippet(std::string_view body) {
+  std::string out;
+  for (char c : body.substr(0, 300)) {
+    out.push_back(std::isprint(static_cast<unsigned char>(c)) ? c : ' ');
+  }
+  std::string_view trimmed = Trim(out);
+  return std::string(trimmed);
+}
+
+Outcome Make(Verdict v, std::string cause, long status, std::string message) {
+  Outcome o;
+  o.verdict = v;
+  o.cause = std::move(cause);
+  o.status = status;
+  o.message = std::move(message);
+  return o;
+}
+
+std::string RangeText(const AttemptRange& r) {
+  return "bytes=" + std::to_string(r.first) + "-" + std::to_string(r.first + r.length - 1);
+}
+
+}  // namespace
+
+ContentRange ParseContentRange(std::string_view value) {
+  ContentRange cr;
+  value = Trim(value);
+  if (value.substr(0, 6) != "bytes ") return cr;
+  value.remove_prefix(6);
+  const size_t slash = value.find('/');
+  if (slash == std::string_view::npos) return cr;
+  std::string_view span = Trim(value.substr(0, slash));
+  std::string_view total = Trim(value.substr(slash + 1));
+  if (total != "*") {
+    if (!ParseU64(total, &cr.total)) return cr;
+    cr.has_total = true;
+  }
+  if (span == "*") {
+    cr.unsatisfied = true;
+    cr.valid = cr.has_total;
+    return cr;
+  }
+  const size_t dash = span.find('-');
+  if (dash == std::string_view::npos) return cr;
+  if (!ParseU64(span.substr(0, dash), &cr.first) || !ParseU64(span.substr(dash + 1), &cr.last)) {
+    return cr;
+  }
+  cr.valid = cr.first <= cr.last && (!cr.has_total || cr.last < cr.total);
+  return cr;
+}
+
+Outcome CheckSuccessHeaders(long status, const AttemptRange& range, std::string_view content_range,
+                            int64_t content_length) {
+  const std::string want = RangeText(range);
+  if (status == 200) {
+    if (range.first != 0) {
+      return Make(Verdict::kFail, "range_ignored", status,
+                  "HTTP 200 (whole object) for " + want + ": the server ignored the Range header");
+    }
+    if (content_length >= 0 && static_cast<uint64_t>(content_length) != range.length) {
+      return Make(Verdict::kFail, "range_ignored", status,
+                  "HTTP 200 with Content-Length " + std::to_string(content_length) + " for " +
+                      want + ": the server ignored the Range header");
+    }
+    return Make(Verdict::kSuccess, "", status, "");
+  }
+  if (status != 206) {
+    return Make(Verdict::kFail, "unexpected_status", status,
+                "unexpected HTTP " + std::to_string(status) + " for " + want);
+  }
+  const ContentRange cr = ParseContentRange(content_range);
+  const uint64_t want_last = range.first + range.length - 1;
+  if (cr.valid && !cr.unsatisfied && cr.first == range.first && cr.last < want_last &&
+      cr.has_total && cr.last + 1 == cr.total) {
+    return Make(
+        Verdict::kFail, "beyond_end", status,
+        want + " reaches past the end of the object (size " + std::to_string(cr.total) + " bytes)");
+  }
+  if (!cr.valid || cr.unsatisfied || cr.first != range.first || cr.last != want_last) {
+    return Make(Verdict::kRetry, "bad_content_range", status,
+                "HTTP 206 with Content-Range '" + std::string(Trim(content_range)) +
+                    "' does not match requested " + want);
+  }
+  if (content_length >= 0 && static_cast<uint64_t>(content_length) != range.length) {
+    return Make(Verdict::kRetry, "bad_content_range", status,
+                "HTTP 206 with Content-Length " + std::to_string(content_length) +
+                    " does not match requested " + want);
+  }
+  return Make(Verdict::kSuccess, "", status, "");
+}
+
+Outcome TransportOutcome(int curl_code, std::string_view detail) {
+  const std::string text = std::string(curl_easy_strerror(static_cast<CURLcode>(curl_code))) +
+                           (detail.empty() ? "" : " (" + std::string(detail) + ")");
+  switch (curl_code) {
+    case CURLE_COULDNT_CONNECT:
+      return Make(Verdict::kRetry, "connection_refused", 0, "connection failed: " + text);
+    case CURLE_SEND_ERROR:
+    case CURLE_RECV_ERROR:
+      return Make(Verdict::kRetry, "connection_reset", 0, "connection broken: " + text);
+    case CURLE_GOT_NOTHING:
+      return Make(Verdict::kRetry, "connection_reset", 0, "empty reply: " + text);
+    case CURLE_OPERATION_TIMEDOUT:
+      return Make(Verdict::kRetry, "timeout", 0, "timed out: " + text);
+    case CURLE_PARTIAL_FILE:
+      return Make(Verdict::kRetry, "short_body", 0, "body ended early: " + text);
+    case CURLE_COULDNT_RESOLVE_HOST:
+      return Make(Verdict::kRetry, "dns", 0, "host lookup failed: " + text);
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+      return Make(Verdict::kRetry, "connection_reset", 0, "HTTP/2 stream failed: " + text);
+    default:
+      return Make(Verdict::kFail, "transport", 0, "transfer failed: " + text);
+  }
+}
+
+Outcome StatusOutcome(long status, std::string_view body, std::string_view bucket,
+                      std::string_view object, std::string_view credential) {
+  const std::string snippet = Snippet(body);
+  const std::string tail = snippet.empty() ? "" : ": " + snippet;
+  const std::string code = "HTTP " + std::to_string(status);
+  const std::string cause = "http_" + std::to_string(status);
+  if (IsRetryableStatus(status)) return Make(Verdict::kRetry, cause, status, code + tail);
+  if (status == 404) {
+    return Make(Verdict::kFail, cause, status,
+                code + " not found: bucket '" + std::string(bucket) + "' or object '" +
+                    std::string(object) + "' does not exist" + tail);
+  }
+  if (status == 401 || status == 403) {
+    return Make(Verdict::kFail, cause, status,
+                code + " permission denied for credential " + std::string(credential) + tail);
+  }
+  if (status == 416) {
+    return Make(
+        Verdict::kFail, cause, status,
+        code + " range not satisfiable: the range starts past the end of the object" + tail);
+  }
+  return Make(Verdict::kFail, cause, status, code + tail);
+}
+
+}  // namespace gcsio
