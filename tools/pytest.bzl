@@ -4,7 +4,16 @@
 # they run where Bazel runs, not on a remote worker (see README "Remote execution").
 LOCAL_SERVER_TAGS = ["requires-network", "no-remote-exec"]
 
-def py_pytest(name, srcs, deps = [], data = [], args = [], local_servers = False, tags = [], **kwargs):
+def py_pytest(
+        name,
+        srcs,
+        deps = [],
+        data = [],
+        args = [],
+        local_servers = False,
+        tags = [],
+        legacy_create_init = False,
+        **kwargs):
     """Declares a py_test running pytest on `srcs`.
 
     Args:
@@ -15,6 +24,8 @@ def py_pytest(name, srcs, deps = [], data = [], args = [], local_servers = False
       args: extra pytest arguments.
       local_servers: the test starts servers on loopback; adds LOCAL_SERVER_TAGS.
       tags: Bazel tags (e.g. "gpu").
+      legacy_create_init: False (default): no generated __init__.py files, so pytest puts each
+        test folder on sys.path and test helper modules import as in a plain pytest run.
       **kwargs: passed to py_test (size, tags, shard_count, timeout, env ...).
     """
     native.py_test(
@@ -25,6 +36,7 @@ def py_pytest(name, srcs, deps = [], data = [], args = [], local_servers = False
         deps = deps,
         data = data,
         tags = tags + (LOCAL_SERVER_TAGS if local_servers else []),
+        legacy_create_init = legacy_create_init,
         python_version = "PY3",
         **kwargs
     )
