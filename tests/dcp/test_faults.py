@@ -3,6 +3,8 @@ retried and the values are exact; permanent ones end in one clear error and noth
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
@@ -96,7 +98,9 @@ def test_permanent_failure_is_one_clear_error(gcs, status, label):
         with pytest.raises(CheckpointException) as info:
             dcp.load(state, storage_reader=reader)
     message = str(info.value)
-    assert f"rank 0: checkpoint load failed: gs://{BUCKET}/{DATA} bytes=0-" in message
+    # Which ranges are listed depends on which GETs failed before the rest were cancelled.
+    expected = rf"rank 0: checkpoint load failed: gs://{BUCKET}/{DATA} bytes=\d+-\d+"
+    assert re.search(expected, message)
     assert label in message
     assert torch.count_nonzero(state["w"]) == 0 and state["m"] == {"step": 0}
 

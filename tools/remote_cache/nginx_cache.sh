@@ -22,10 +22,9 @@ start() {
   local port user=""
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
   if [[ "$(id -u)" == 0 ]]; then
-    # nginx's workers drop to this user: the store must be theirs, else PUT answers 500.
-    user="user www-data;"
-    chmod 755 "$dir"
-    chown -R www-data:www-data "$dir/store" "$dir/client_body"
+    # As root, nginx's workers would drop to nobody/www-data and could not write a store
+    # inside a 0700 temp folder (PUT answers 500): keep them root, on loopback only.
+    user="user root;"
   fi
   cat >"$dir/nginx.conf" <<CONF
 $user
