@@ -245,6 +245,7 @@ def run_benchmark(
     launcher: Any = None,
     out: TextIO | None = None,
     live_progress: bool | None = None,
+    cases: list[Case] | None = None,
 ) -> RunOutcome:
     """Runs the benchmark ``config`` describes and publishes its rows.
 
@@ -253,6 +254,7 @@ def run_benchmark(
       launcher: ``SpawnLauncher`` (default) or ``TorchrunLauncher``.
       out: where the tables and notes go (stdout by default).
       live_progress: force the live progress view on or off (default: when stderr is a tty).
+      cases: the cases to run, already selected (default: selected from ``config``).
 
     Returns:
       RunOutcome (failed cases are in it; they do not raise).
@@ -264,13 +266,14 @@ def run_benchmark(
     """
     out = out or sys.stdout
     launcher = launcher or SpawnLauncher(timeout_s=config.job_timeout_s)
-    cases = select_run_cases(
-        config.catalogue,
-        patterns=config.cases,
-        axes=config.sweep_axes,
-        model_scale=config.model_scale,
-        world_size_override=config.world_size_override,
-    )
+    if cases is None:
+        cases = select_run_cases(
+            config.catalogue,
+            patterns=config.cases,
+            axes=config.sweep_axes,
+            model_scale=config.model_scale,
+            world_size_override=config.world_size_override,
+        )
     started = datetime.datetime.now(datetime.UTC)
     run_id = new_run_id(started)
     output_dir = Path(os.path.expanduser(config.output_dir or os.path.join(RESULTS_ROOT, run_id)))

@@ -55,7 +55,7 @@ def main(argv: Sequence[str]) -> int:
             raise app.UsageError("under torchrun, give --bucket=gs://... (shared by every node)")
         init_from_env(config.device, config.job_timeout_s)
         launcher = TorchrunLauncher()
-    outcome = run_benchmark(config, launcher=launcher)
+    outcome = run_benchmark(config, launcher=launcher, cases=cases)
     return 1 if outcome.failures else 0
 
 

@@ -93,3 +93,22 @@ def _check_segments(path: str, where: str) -> None:
     for segment in path.split("/"):
         if segment in ("", ".", ".."):
             raise ValueError(f"{where}: path {path!r} has an empty, '.' or '..' segment")
+
+
+class GCSCheckpointId:
+    """Mixin for StorageReader/StorageWriter: the `gs://` checkpoint id DCP asks about.
+
+    Keeps `self.location` (a CheckpointLocation, or None until an id is given).
+    """
+
+    location: CheckpointLocation | None = None
+
+    @property
+    def checkpoint_id(self) -> str | None:
+        """The `gs://bucket/prefix` URL of the checkpoint (None until one is given)."""
+        return self.location.url() if self.location else None
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
+        """True for ids of the form `gs://bucket[/prefix]`."""
+        return is_gcs_checkpoint_id(checkpoint_id)

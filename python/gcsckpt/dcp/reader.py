@@ -35,7 +35,7 @@ from gcsckpt.dcp.gc_control import HeapFreeze, collector_paused
 from gcsckpt.dcp.load_stats import CheckpointReadError, LoadStats
 from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.dcp.objects import ObjectStore
-from gcsckpt.dcp.paths import CheckpointLocation, is_gcs_checkpoint_id, parse_checkpoint_id
+from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
 from gcsckpt.dcp.read_plan import (
     BYTES,
     RAW,
@@ -65,7 +65,7 @@ _HEADER_GUESS_PER_TENSOR = 160
 _HEADER_GUESS_BASE = 4096
 
 
-class GCSStorageReader(StorageReader):
+class GCSStorageReader(GCSCheckpointId, StorageReader):
     """Loads a DCP checkpoint from `gs://bucket/prefix` (torch 2.13 FileSystemWriter layout).
 
     Args:
@@ -136,16 +136,6 @@ class GCSStorageReader(StorageReader):
         self._heap = HeapFreeze()
 
     # -- DCP StorageReader API -----------------------------------------------------------------
-    @property
-    def checkpoint_id(self) -> str | None:
-        """The `gs://bucket/prefix` URL being read (None until one is given)."""
-        return self.location.url() if self.location else None
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
-        """True for ids of the form `gs://bucket[/prefix]`."""
-        return is_gcs_checkpoint_id(checkpoint_id)
-
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
         """Starts a new load, optionally of another checkpoint (ValueError if the id is bad)."""
         if checkpoint_id is not None:

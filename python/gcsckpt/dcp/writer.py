@@ -41,14 +41,14 @@ from torch.futures import Future
 
 from gcsckpt.dcp.metadata_codec import dump_metadata
 from gcsckpt.dcp.objects import ObjectStore, UploadStream
-from gcsckpt.dcp.paths import CheckpointLocation, is_gcs_checkpoint_id, parse_checkpoint_id
+from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
 from gcsckpt.dcp.safetensors_blob import encode_header
 
 METADATA_NAME = ".metadata"
 SUFFIX = ".distcp"
 
 
-class GCSStorageWriter(StorageWriter):
+class GCSStorageWriter(GCSCheckpointId, StorageWriter):
     """Saves a DCP checkpoint to `gs://bucket/prefix` in torch's FileSystemWriter layout.
 
     Args:
@@ -101,16 +101,6 @@ class GCSStorageWriter(StorageWriter):
         self._store: ObjectStore | None = None
 
     # -- DCP StorageWriter API -----------------------------------------------------------------
-    @property
-    def checkpoint_id(self) -> str | None:
-        """The `gs://bucket/prefix` URL being written (None until one is given)."""
-        return self.location.url() if self.location else None
-
-    @classmethod
-    def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
-        """True for ids of the form `gs://bucket[/prefix]`."""
-        return is_gcs_checkpoint_id(checkpoint_id)
-
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
         """Starts a new save, optionally to another checkpoint id (ValueError if bad)."""
         if checkpoint_id is not None:
