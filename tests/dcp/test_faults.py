@@ -4,13 +4,14 @@ retried and the values are exact; permanent ones end in one clear error and noth
 from __future__ import annotations
 
 import re
+import socket
 
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStoreError
 from gcsckpt.io import RetryPolicy
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
@@ -136,3 +137,23 @@ def test_resumable_upload_resumes_after_a_failed_request(gcs, nth, kind):
             out.write(data)
         assert proxy.counts[kind] == 1
     assert gcs.get(BUCKET, name) == data
+
+
+def test_silent_endpoint_fails_within_the_retry_policy():
+    # Accepts connections and never answers: `.metadata` must fail after the policy's attempts,
+    # not after attempts x a long socket timeout.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        retry = RetryPolicy(max_attempts=2, initial_backoff_s=0.01, max_backoff_s=0.05)
+        reader = GCSStorageReader(
+            f"gs://{BUCKET}/silent", endpoint=endpoint, retry=retry, stall_timeout_s=0.5
+        )
+        state = _blank()
+        with pytest.raises((CheckpointException, ObjectStoreError)) as info:
+            dcp.load(state, storage_reader=reader)
+    message = str(info.value)
+    assert f"gs://{BUCKET}/silent/.metadata" in message or ".metadata" in message
+    assert "after 2 attempt(s)" in message
+    assert torch.count_nonzero(state["w"]) == 0

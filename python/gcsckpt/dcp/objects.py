@@ -53,6 +53,17 @@ def _adc_token_provider() -> Callable[[], str]:
     return token
 
 
+def store_options(retry=None, stall_timeout_s: float | None = None) -> dict:
+    """ObjectStore keyword arguments from a `gcsckpt.io.RetryPolicy` and a stall timeout, so the
+    `.metadata` / upload requests follow the same limits as the range reader's GETs."""
+    options: dict = {}
+    if retry is not None:
+        options.update(max_attempts=retry.max_attempts, deadline_s=retry.deadline_s)
+    if stall_timeout_s is not None:
+        options["stall_timeout_s"] = stall_timeout_s
+    return options
+
+
 class ObjectStore:
     """Keep-alive HTTP client for one GCS endpoint, safe to share between threads.
 
@@ -62,9 +73,12 @@ class ObjectStore:
         token_provider: returns an OAuth2 access token; None -> google-auth ADC (read-write
             scope). Never called for an emulator endpoint.
         pool_size: connections kept alive (one per concurrent request).
-        max_attempts: tries per request for connection errors and 408/429/5xx (exponential
-            backoff with jitter from 0.1 s, capped at 4 s).
-        timeout_s: connect and per-read socket timeout (seconds).
+        max_attempts: tries per request for connection errors, timeouts and 408/429/5xx
+            (exponential backoff with jitter from 0.1 s, capped at 4 s).
+        connect_timeout_s: TCP connect timeout per attempt (seconds).
+        stall_timeout_s: an attempt fails when no byte arrives for this long (seconds).
+        deadline_s: no new attempt starts later than this after the first (seconds), so a
+            silent endpoint costs about deadline_s + stall_timeout_s, not attempts x timeout.
     """
 
     def __init__(
@@ -74,14 +88,17 @@ class ObjectStore:
         token_provider: Callable[[], str] | None = None,
         pool_size: int = 16,
         max_attempts: int = 6,
-        timeout_s: float = 120.0,
+        connect_timeout_s: float = 10.0,
+        stall_timeout_s: float = 30.0,
+        deadline_s: float = 120.0,
     ) -> None:
         self.endpoint = resolve_endpoint(endpoint).rstrip("/")
         self._emulator = is_emulator_endpoint(self.endpoint)
         self._token_provider = token_provider
         self._token_lock = threading.Lock()
         self.max_attempts = max_attempts
-        self.timeout_s = timeout_s
+        self.timeout_s = (connect_timeout_s, stall_timeout_s)  # requests' (connect, read)
+        self.deadline_s = deadline_s
         self._session = requests.Session()
         adapter = HTTPAdapter(pool_connections=2, pool_maxsize=pool_size, max_retries=0)
         self._session.mount("http://", adapter)
@@ -105,9 +122,13 @@ class ObjectStore:
     ) -> requests.Response:
         headers = {**self._headers(), **kw.pop("headers", {})}
         last = ""
+        started = time.monotonic()
         for attempt in range(attempts or self.max_attempts):
             if attempt:
                 time.sleep(min(4.0, 0.1 * 2 ** (attempt - 1)) * (0.5 + random.random()))
+                if time.monotonic() - started > self.deadline_s:
+                    last += f" (retry deadline {self.deadline_s:g} s passed)"
+                    break
             try:
                 resp = self._session.request(
                     method,
@@ -129,7 +150,7 @@ class ObjectStore:
             last = f"HTTP {resp.status_code} {resp.text[:200]!r}"
             if resp.status_code not in _RETRY_STATUS:
                 break
-        raise ObjectStoreError(f"{method} {what} failed: {last}")
+        raise ObjectStoreError(f"{method} {what} failed after {attempt + 1} attempt(s): {last}")
 
     def _object_url(self, bucket: str, name: str, *, media: bool = False) -> str:
         base = f"{self.endpoint}/download" if media else self.endpoint

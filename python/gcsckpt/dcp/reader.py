@@ -34,7 +34,7 @@ from torch.futures import Future
 from gcsckpt.dcp.gc_control import HeapFreeze, collector_paused
 from gcsckpt.dcp.load_stats import CheckpointReadError, LoadStats
 from gcsckpt.dcp.metadata_codec import load_metadata
-from gcsckpt.dcp.objects import ObjectStore
+from gcsckpt.dcp.objects import ObjectStore, store_options
 from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
 from gcsckpt.dcp.read_plan import (
     BYTES,
@@ -78,7 +78,10 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             gap (bytes) read through to merge two neighbouring ranges.
         max_inflight_bytes: bound on buffer memory for fetched-but-not-yet-copied bytes (bytes,
             default 256 MiB, two windows of half each); also passed to the range reader.
-        retry: a `gcsckpt.io.RetryPolicy` (None -> its defaults).
+        retry: a `gcsckpt.io.RetryPolicy` (None -> its defaults) for range GETs and the
+            `.metadata` GET alike (attempts and total deadline).
+        stall_timeout_s: a request that receives no byte for this long (seconds) is retried
+            (None -> the range reader's 30 s); bounds a silent endpoint's cost.
         extension_registry: torch DCP ExtensionRegistry for items saved with stream transforms.
         tune_gc: pause Python's cyclic garbage collector while unpickling `.metadata` and
             reading, and freeze the heap from `read_metadata` to the end of `read_data`
@@ -102,6 +105,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         chunk_bytes: int | None = None,
         coalesce_gap_bytes: int | None = None,
         retry=None,
+        stall_timeout_s: float | None = None,
         extension_registry=None,
         tune_gc: bool = True,
     ) -> None:
@@ -121,9 +125,11 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
                 coalesce_gap_bytes=coalesce_gap_bytes,
                 retry=retry,
                 token_provider=token_provider,
+                stall_timeout_s=stall_timeout_s,
             ).items()
             if v is not None
         }
+        self._store_options = store_options(retry, stall_timeout_s)
         self._transforms = _StorageReaderTransforms(extension_registry)
         self._range_reader: Any = None
         self._store: ObjectStore | None = None
@@ -233,7 +239,9 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
 
     def _object_store(self) -> ObjectStore:
         if self._store is None:
-            self._store = ObjectStore(self.endpoint, token_provider=self.token_provider)
+            self._store = ObjectStore(
+                self.endpoint, token_provider=self.token_provider, **self._store_options
+            )
         return self._store
 
     def _reader(self):

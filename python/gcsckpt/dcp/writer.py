@@ -40,7 +40,7 @@ from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
 from gcsckpt.dcp.metadata_codec import dump_metadata
-from gcsckpt.dcp.objects import ObjectStore, UploadStream
+from gcsckpt.dcp.objects import ObjectStore, UploadStream, store_options
 from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
 from gcsckpt.dcp.safetensors_blob import encode_header
 
@@ -64,6 +64,9 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
         serialization_format: SerializationFormat.TORCH_SAVE (default) or SAFETENSORS.
         chunk_bytes: resumable-upload chunk (bytes, default 16 MiB); also the most a stream
             buffers before sending. Smaller objects go up in one request.
+        retry: a `gcsckpt.io.RetryPolicy` (None -> 6 attempts, 120 s deadline) for uploads.
+        stall_timeout_s: an upload request with no progress for this long (seconds, default 30)
+            is retried.
 
     Raises (from the DCP calls): ValueError for a bad id; FileExistsError when the checkpoint
     exists and overwrite=False; ObjectStoreError when an upload fails for good.
@@ -80,6 +83,8 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
         overwrite: bool = False,
         serialization_format: SerializationFormat = SerializationFormat.TORCH_SAVE,
         chunk_bytes: int = 16 << 20,
+        retry=None,
+        stall_timeout_s: float | None = None,
     ) -> None:
         super().__init__()
         self.location: CheckpointLocation | None = None
@@ -94,6 +99,7 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
         self.overwrite = overwrite
         self.serialization_format = SerializationFormat(serialization_format)
         self.chunk_bytes = chunk_bytes
+        self._store_options = store_options(retry, stall_timeout_s)
         self.save_id = str(uuid.uuid4())
         self.rank: int | None = None
         self.is_coordinator = False
@@ -184,7 +190,10 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
     def _object_store(self) -> ObjectStore:
         if self._store is None:
             self._store = ObjectStore(
-                self.endpoint, token_provider=self.token_provider, pool_size=self.thread_count + 2
+                self.endpoint,
+                token_provider=self.token_provider,
+                pool_size=self.thread_count + 2,
+                **self._store_options,
             )
         return self._store
 
