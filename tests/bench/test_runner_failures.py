@@ -15,26 +15,14 @@ from gcsckpt.bench.runner import run_benchmark
 from gcsckpt.bench.runner_config import RunConfig
 from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
+from tests.bench.runner_fixtures import EP, FSDP, tiny_run_config
 
 BUCKET = "runner-failures"
-FSDP = "load-olmoe_1b_7b_0924-fsdp-ws2"
-EP = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2"
 
 
 def _config(endpoint: str, prefix: str, output_dir, **changes) -> RunConfig:
-    fields = dict(
-        cases=("load-olmoe_1b_7b_0924-*",),
-        sweep_axes=("model", "strategy"),
-        bucket=f"gs://{BUCKET}/{prefix}",
-        endpoint=endpoint,
-        rounds=1,
-        world_size_override=2,
-        model_scale="tiny",
-        output_dir=str(output_dir),
-        job_timeout_s=300.0,
-    )
-    fields.update(changes)
-    return RunConfig(**fields)
+    changes = {"rounds": 1, **changes}
+    return tiny_run_config(endpoint, f"gs://{BUCKET}/{prefix}", output_dir, **changes)
 
 
 def _run(config: RunConfig):

@@ -70,3 +70,13 @@ def save_load_then_across(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """:func:`save_then_load` over ``cases``, then :func:`load_across` (one process launch)."""
     return save_then_load(rank, cases, root), load_across(rank, saved_case, across, root)
+
+
+def assert_restored(saved: list[dict], strategy: str) -> None:
+    """Every rank's loaded values equal the saved ones under `strategy`, and the fresh state
+    differed before the load (so equality proves the load wrote every tensor)."""
+    for rank, by_case in enumerate(saved):
+        r = by_case[strategy]
+        assert r["after"] == r["saved"], f"rank {rank}"
+        tensors = [k for k in r["saved"] if not k.startswith("optim.param_groups.")]
+        assert tensors and all(r["before"][k] != r["saved"][k] for k in tensors)

@@ -32,11 +32,7 @@ def results():
 @pytest.mark.parametrize("strategy", ["fsdp"] + [c.strategy for c in CASES])
 def test_load_restores_every_saved_value(results, strategy):
     saved, _ = results
-    for rank, by_case in enumerate(saved):
-        r = by_case[strategy]
-        assert r["after"] == r["saved"], f"rank {rank}"
-        tensors = [k for k in r["saved"] if not k.startswith("optim.param_groups.")]
-        assert tensors and all(r["before"][k] != r["saved"][k] for k in tensors)
+    worker.assert_restored(saved, strategy)
 
 
 def test_items_and_bytes_follow_the_layout(results):

@@ -24,12 +24,7 @@ def results():
 @pytest.mark.parametrize("strategy", ["fsdp", "ep"])
 def test_load_restores_every_saved_value(results, strategy):
     saved, _ = results
-    for rank, by_case in enumerate(saved):
-        r = by_case[strategy]
-        assert r["after"] == r["saved"], f"rank {rank}"
-        tensors = [k for k in r["saved"] if not k.startswith("optim.param_groups.")]
-        # The fresh state really differed, so equality proves the load wrote every tensor.
-        assert tensors and all(r["before"][k] != r["saved"][k] for k in tensors)
+    worker.assert_restored(saved, strategy)
 
 
 def test_ep_reads_fewer_items_per_rank_than_fsdp(results):

@@ -364,10 +364,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         self._read_into(buffers)
         larger = {}
         for key, buf in buffers.items():
-            try:
-                need = header_length(buf)
-            except ValueError as e:
-                raise self._fail(key[0], key[1], len(buf), str(e)) from None
+            need = self._parse_blob(key, buf, header_length)
             if need > len(buf):
                 larger[key] = bytearray(need)
         if larger:
@@ -375,12 +372,17 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             buffers.update(larger)
         headers = {}
         for key, buf in buffers.items():
-            try:
-                blob = parse_header(buf)
-            except ValueError as e:
-                raise self._fail(key[0], key[1], len(buf), str(e)) from None
+            blob = self._parse_blob(key, buf, parse_header)
             headers[key] = (blob, _saved_offsets(blob))
         return headers
+
+    def _parse_blob(self, key: tuple[str, int], buf: bytearray, parse):
+        """`parse(buf)` for the blob at (path, offset) `key`; a ValueError becomes the range error
+        naming that object and byte range."""
+        try:
+            return parse(buf)
+        except ValueError as e:
+            raise self._fail(key[0], key[1], len(buf), str(e)) from None
 
     def _read_into(self, buffers: dict[tuple[str, int], bytearray]) -> None:
         location = self._location()

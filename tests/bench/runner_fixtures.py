@@ -1,0 +1,25 @@
+"""The tiny benchmark run both runner end-to-end tests start from: tiny OLMoE fsdp + ep pair at
+world size 2 against a local endpoint."""
+
+from __future__ import annotations
+
+from gcsckpt.bench.runner_config import RunConfig
+
+FSDP = "load-olmoe_1b_7b_0924-fsdp-ws2"
+EP = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2"
+
+
+def tiny_run_config(endpoint: str, bucket_url: str, output_dir, **changes) -> RunConfig:
+    """RunConfig for the tiny pair under `bucket_url` (gs://...); `changes` override fields."""
+    fields = dict(
+        cases=("load-olmoe_1b_7b_0924-*",),
+        sweep_axes=("model", "strategy"),
+        bucket=bucket_url,
+        endpoint=endpoint,
+        world_size_override=2,
+        model_scale="tiny",
+        output_dir=str(output_dir),
+        job_timeout_s=300.0,
+    )
+    fields.update(changes)
+    return RunConfig(**fields)
