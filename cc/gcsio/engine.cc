@@ -38,7 +38,7 @@ void EngineOptions::Validate() const {
 
 Engine::Engine(EngineOptions options, TokenSource token_source)
     : options_(std::move(options)),
-      tokens_(std::move(token_source), /*refresh_margin_s=*/300, /*unknown_ttl_s=*/60),
+      tokens_(std::move(token_source), defaults::kTokenRefreshMarginS, defaults::kTokenUnknownTtlS),
       owner_pid_(getpid()) {
   options_.Validate();
   GlobalCurlInitOnce();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cc/gcsio/batch.h"
+#include "cc/gcsio/defaults.h"
 #include "cc/gcsio/range_plan.h"
 #include "cc/gcsio/read_stats.h"
 #include "cc/gcsio/retry_policy.h"
@@ -23,16 +24,20 @@
 
 namespace gcsio {
 
+// Defaults come from the one table, defaults.h.
 struct EngineOptions {
   std::string endpoint = "https://storage.googleapis.com";
-  int max_inflight_requests = 32;            // HTTP requests running at once (all threads)
-  uint64_t max_inflight_bytes = 1ULL << 30;  // sum of bytes still wanted by running requests
-  int num_threads = 2;                       // worker threads, each with one curl multi handle
+  // HTTP requests running at once (all threads).
+  int max_inflight_requests = defaults::kMaxInflightRequests;
+  // Sum of bytes still wanted by running requests.
+  uint64_t max_inflight_bytes = defaults::kMaxInflightBytes;
+  // Worker threads, each with one curl multi handle.
+  int num_threads = defaults::NumThreads();
   PlanOptions plan;
   RetryPolicy retry;
-  double connect_timeout_s = 10.0;
-  double stall_timeout_s = 30.0;       // a request that sees no byte this long is retried
-  long recv_buffer_bytes = 256 << 10;  // libcurl receive buffer per request (bytes)
+  double connect_timeout_s = defaults::kConnectTimeoutS;
+  double stall_timeout_s = defaults::kStallTimeoutS;    // no byte this long: the attempt is retried
+  long recv_buffer_bytes = defaults::kRecvBufferBytes;  // libcurl receive buffer per request
   std::string credential_description = "none";
 
   // Throws std::invalid_argument naming the bad option.
@@ -57,7 +62,6 @@ class Engine {
 
   const EngineOptions& options() const { return options_; }
   ReadStats& stats() { return stats_; }
-  TokenCache& tokens() { return tokens_; }
 
  private:
   class Worker;
@@ -76,7 +80,8 @@ class Engine {
   bool TakeJob(int worker, int active, Job* job, uint64_t* bytes);
   // Frees the budget of an ended attempt.
   void ReleaseAttempt(uint64_t bytes);
-  // Queues a retry `delay_s` seconds from now (dropped if the batch was cancelled).
+  // Queues a retry `delay_s` seconds from now (dropped if the batch was cancelled). With
+  // Worker::Judge, the only place a C++ request is retried.
   void Requeue(Job job, double delay_s);
   // Blocks an idle worker until a job may be taken or the engine stops.
   void WaitForWork(int worker);

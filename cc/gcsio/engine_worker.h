@@ -41,7 +41,9 @@ class Engine::Worker {
   void CheckStallsAndCancels();
   // Ends attempt `slot` of active_ with `outcome`.
   void End(size_t slot, const Outcome& outcome);
-  // Applies an attempt's verdict: deliver, retry with backoff, fail or drop.
+  // Applies an attempt's verdict: deliver, retry with backoff, fail or drop. This is where the
+  // C++ side retries (and the only place): a retryable outcome goes back to the engine's queue
+  // through Engine::Requeue after a RetryPolicy backoff, asking only for the missing bytes.
   void Judge(Job job, const Outcome& outcome, const HttpTransfer* transfer);
   void DropAll();
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "cc/gcsio/defaults.h"
 #include "cc/gcsio/engine.h"
-#include "cc/gcsio/metadata_client.h"
 #include "cc/gcsio/py_requests.h"
 #include "cc/gcsio/py_token_source.h"
 #include "cc/gcsio/url.h"
@@ -141,17 +141,6 @@ class PyReader {
     return std::make_unique<PyBatch>(engine_, std::move(batch), std::move(parsed.views));
   }
 
-  // (status, body bytes, error, attempts)
-  py::tuple Metadata(const std::string& bucket, const std::string& object) {
-    Engine& engine = Live();
-    MetadataResult r;
-    {
-      py::gil_scoped_release release;
-      r = FetchObjectMetadata(engine, bucket, object);
-    }
-    return py::make_tuple(r.status, py::bytes(r.body), r.error, r.attempts);
-  }
-
   py::dict Stats() {
     const StatsSnapshot s = Live().stats().Snapshot();
     py::dict d;
@@ -204,6 +193,26 @@ PYBIND11_MODULE(_gcsio, m) {
       "curl_version", [] { return std::string(curl_version()); },
       "libcurl's version string, e.g. 'libcurl/7.88.1 OpenSSL/3.0.x ...'.");
 
+  // The one table of defaults (defaults.h); gcsckpt.io.defaults takes its values from here.
+  namespace d = gcsio::defaults;
+  py::dict defaults;
+  defaults["max_inflight_requests"] = d::kMaxInflightRequests;
+  defaults["max_inflight_bytes"] = d::kMaxInflightBytes;
+  defaults["chunk_bytes"] = d::kChunkBytes;
+  defaults["min_chunk_bytes"] = d::kMinChunkBytes;
+  defaults["coalesce_gap_bytes"] = d::kCoalesceGapBytes;
+  defaults["num_threads"] = d::NumThreads();
+  defaults["recv_buffer_bytes"] = d::kRecvBufferBytes;
+  defaults["connect_timeout_s"] = d::kConnectTimeoutS;
+  defaults["stall_timeout_s"] = d::kStallTimeoutS;
+  defaults["max_attempts"] = d::kMaxAttempts;
+  defaults["initial_backoff_s"] = d::kInitialBackoffS;
+  defaults["max_backoff_s"] = d::kMaxBackoffS;
+  defaults["deadline_s"] = d::kRetryDeadlineS;
+  defaults["token_refresh_margin_s"] = d::kTokenRefreshMarginS;
+  defaults["token_unknown_ttl_s"] = d::kTokenUnknownTtlS;
+  m.attr("DEFAULTS") = defaults;
+
   py::class_<PyBatch>(m, "Batch")
       .def("next_completed", &PyBatch::NextCompleted, py::arg("timeout_s") = py::none())
       .def("wait", &PyBatch::Wait)
@@ -249,7 +258,6 @@ PYBIND11_MODULE(_gcsio, m) {
            py::arg("stall_timeout_s"), py::arg("recv_buffer_bytes"), py::arg("token_source"),
            py::arg("credential_description"))
       .def("submit", &PyReader::Submit, py::arg("requests"))
-      .def("metadata", &PyReader::Metadata, py::arg("bucket"), py::arg("object"))
       .def("stats", &PyReader::Stats)
       .def("reset_stats", &PyReader::ResetStats)
       .def("close", &PyReader::Close)

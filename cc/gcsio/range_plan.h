@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "cc/gcsio/defaults.h"
+
 namespace gcsio {
 
 // One caller request: `length` bytes at `offset` of object `object_id` (an index into the
@@ -36,13 +38,13 @@ struct Fetch {
 };
 
 struct PlanOptions {
-  uint64_t chunk_bytes = 8 << 20;          // longest fetch (bytes); must be >= 1
-  uint64_t coalesce_gap_bytes = 16 << 10;  // largest hole (bytes) fetched to join two ranges
+  uint64_t chunk_bytes = defaults::kChunkBytes;               // longest fetch (bytes); must be >= 1
+  uint64_t coalesce_gap_bytes = defaults::kCoalesceGapBytes;  // largest hole (bytes) joined
   // When > 0 and the batch is small, fetches are cut shorter than chunk_bytes (but not below
   // min_chunk_bytes) so that about target_fetches of them can run at once: a 64 MiB read with
   // 64 requests allowed in flight becomes 32 x 2 MiB rather than 8 x 8 MiB.
   uint32_t target_fetches = 0;
-  uint64_t min_chunk_bytes = 2 << 20;
+  uint64_t min_chunk_bytes = defaults::kMinChunkBytes;
 };
 
 // The fetch length PlanFetches cuts to for `span_bytes` bytes to fetch in total (after

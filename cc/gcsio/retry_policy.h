@@ -9,13 +9,15 @@
 #include <random>
 #include <string>
 
+#include "cc/gcsio/defaults.h"
+
 namespace gcsio {
 
 struct RetryPolicy {
-  int max_attempts = 6;             // attempts per fetch, first one included (>= 1)
-  double initial_backoff_s = 0.05;  // cap of the first backoff draw (seconds)
-  double max_backoff_s = 2.0;       // cap of any backoff draw (seconds)
-  double deadline_s = 120.0;        // no new attempt starts this long after a fetch's first one
+  int max_attempts = defaults::kMaxAttempts;  // attempts per fetch, first one included (>= 1)
+  double initial_backoff_s = defaults::kInitialBackoffS;  // cap of the first backoff draw (s)
+  double max_backoff_s = defaults::kMaxBackoffS;          // cap of any backoff draw (s)
+  double deadline_s = defaults::kRetryDeadlineS;  // no new attempt this long after the first (s)
 
   // Throws std::invalid_argument naming the bad field.
   void Validate() const;

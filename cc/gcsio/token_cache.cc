@@ -27,9 +27,4 @@ std::string TokenCache::Get() {
   return cached_.value;
 }
 
-void TokenCache::Invalidate() {
-  std::lock_guard<std::mutex> lock(mu_);
-  have_ = false;
-}
-
 }  // namespace gcsio

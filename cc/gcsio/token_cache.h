@@ -31,9 +31,6 @@ class TokenCache {
   // that hold a lock the source might need (e.g. Python's GIL) must release it first.
   std::string Get();
 
-  // Forgets the cached token, e.g. after the server rejected it.
-  void Invalidate();
-
  private:
   TokenSource source_;
   double margin_s_;

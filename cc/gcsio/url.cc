@@ -44,16 +44,6 @@ std::string MediaUrl(std::string_view endpoint, std::string_view bucket, std::st
   return url;
 }
 
-std::string MetadataUrl(std::string_view endpoint, std::string_view bucket,
-                        std::string_view object) {
-  return NormalizeEndpoint(endpoint) + "/storage/v1/b/" + PercentEncode(bucket) + "/o/" +
-         PercentEncode(object);
-}
-
-std::string RangeValue(uint64_t offset, uint64_t length) {
-  return "bytes=" + std::to_string(offset) + "-" + std::to_string(offset + length - 1);
-}
-
 std::string GsUri(std::string_view bucket, std::string_view object) {
   std::string s = "gs://";
   s.append(bucket);

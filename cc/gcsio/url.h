@@ -1,5 +1,4 @@
-// URL building for the GCS JSON API: endpoint normalization, percent-encoding, media and
-// metadata URLs, Range header values.
+// URL building for the GCS JSON API: endpoint normalization, percent-encoding, media URLs.
 #ifndef CC_GCSIO_URL_H_
 #define CC_GCSIO_URL_H_
 
@@ -21,13 +20,6 @@ std::string NormalizeEndpoint(std::string_view endpoint);
 // generation <= 0 means "latest".
 std::string MediaUrl(std::string_view endpoint, std::string_view bucket, std::string_view object,
                      int64_t generation);
-
-// {endpoint}/storage/v1/b/{bucket}/o/{object}  (object metadata, JSON)
-std::string MetadataUrl(std::string_view endpoint, std::string_view bucket,
-                        std::string_view object);
-
-// "bytes=first-last" for `length` >= 1 bytes at `offset` (inclusive last byte, RFC 9110).
-std::string RangeValue(uint64_t offset, uint64_t length);
 
 // "gs://bucket/object" for messages.
 std::string GsUri(std::string_view bucket, std::string_view object);

@@ -93,13 +93,10 @@ def test_byte_budget_smaller_than_a_chunk_still_progresses(gcs, blob):
         assert bytes(r.dest) == blob[r.offset : r.offset + r.length]
 
 
-def test_stat_stats_reset_and_close(gcs, blob):
+def test_stats_reset_and_close(gcs, blob):
     reader = RangeReader(gcs.endpoint)
-    assert reader.stat(BUCKET, "blob").size == len(blob)
-    with pytest.raises(ObjectNotFoundError):
-        reader.stat(BUCKET, "nope")
     reader.read([RangeRequest(BUCKET, "blob", 0, 10, bytearray(10))])
-    assert reader.stats()["requests"] == 3  # two metadata GETs, one media GET
+    assert reader.stats()["requests"] == 1
     reader.reset_stats()
     stats = reader.stats()
     assert stats["requests"] == 0 and stats["bytes_received"] == 0

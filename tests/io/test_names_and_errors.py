@@ -31,10 +31,7 @@ def test_odd_object_names(gcs, name):
     dest = bytearray(777)
     with RangeReader(gcs.endpoint) as reader:
         reader.read([RangeRequest(BUCKET, name, 12_345, 777, dest)])
-        stat = reader.stat(BUCKET, name)
     assert bytes(dest) == data[12_345 : 12_345 + 777]
-    assert stat.size == 50_000
-    assert stat.generation > 0
 
 
 def test_missing_object_names_bucket_and_object(gcs):
@@ -53,8 +50,6 @@ def test_missing_bucket(gcs):
     with RangeReader(gcs.endpoint) as reader:
         with pytest.raises(ObjectNotFoundError, match="bucket 'no-such-bucket'"):
             reader.read([RangeRequest("no-such-bucket", "x", 5, 5, bytearray(5))])
-        with pytest.raises(ObjectNotFoundError, match="gs://no-such-bucket/x"):
-            reader.stat("no-such-bucket", "x")
 
 
 def test_one_missing_object_fails_alone(gcs):

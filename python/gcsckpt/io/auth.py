@@ -5,9 +5,12 @@ from __future__ import annotations
 import datetime
 import threading
 
+from gcsckpt.io import defaults
+
 READ_ONLY_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
-# Refresh this long before expiry; google-auth itself treats tokens as stale ~3.75 min early.
-REFRESH_MARGIN_S = 300.0
+# Refresh this long before expiry (the C++ token cache uses the same margin); google-auth itself
+# treats tokens as stale ~3.75 min early.
+REFRESH_MARGIN_S = defaults.TOKEN_REFRESH_MARGIN_S
 
 
 class GoogleAuthTokenProvider:

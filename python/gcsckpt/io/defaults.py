@@ -1,9 +1,16 @@
 """Default tuning of RangeReader, and the measurement behind each value.
 
+The values live in one table shared with the C++ engine, ``cc/gcsio/defaults.h``, which the
+extension exports as ``_gcsio.DEFAULTS``; this module names them for Python (RangeReader,
+RetryPolicy, the token provider) and keeps the measurements. Timeouts and retry defaults come
+from the same table: ``CONNECT_TIMEOUT_S`` (10 s) and ``STALL_TIMEOUT_S`` (30 s) per attempt,
+``MAX_ATTEMPTS`` / ``INITIAL_BACKOFF_S`` / ``MAX_BACKOFF_S`` / ``RETRY_DEADLINE_S`` (see
+RetryPolicy), and ``TOKEN_REFRESH_MARGIN_S`` (a token is refreshed 300 s before it expires).
+
 Measured with ``bazel run //bench:range_read -- --tune --rounds=3`` (gcsckpt.bench.range_read)
 on the project's reference machine: 2 cores, Debian 12, libcurl 7.88.1, against LocalGCS, both
 plain (nginx on loopback) and latency-modelled like GCS (30 ms to first byte, 200 MB/s per
-stream: the per-stream figure in shared/DESIGN.md). Configurations took turns round by round
+stream: about what one GCS stream carries, 200-250 MB/s). Configurations took turns round by round
 with the raw parallel-GET ceiling (32 x 8 MiB GETs from a keep-alive Python pool: ~1.5-2.1 GB/s
 modelled, ~2.7-3.8 GB/s plain). The machine was shared with other jobs (load average 4-10), so
 single numbers move by +-25 %; the choices below held across repeated runs.
@@ -26,8 +33,8 @@ single numbers move by +-25 %; the choices below held across repeated runs.
 - ``COALESCE_GAP_BYTES = 16 KiB``: joining ranges across larger holes paid little (modelled,
   scattered 64 KiB ranges: 88 MB/s at 16 KiB, 104 at 64 KiB with 7 % extra bytes, 150 at 1 MiB
   with 5.6x the bytes) and cost up to 75x bytes fetched per byte needed for scattered 4 KiB
-  ranges. 16 KiB kept amplification at 1.00-1.05 in the scattered cases (shared/DESIGN.md
-  targets <= 1.02 for checkpoint loads, whose ranges are mostly adjacent and join at any gap).
+  ranges. 16 KiB kept amplification at 1.00-1.05 in the scattered cases (the project targets
+  <= 1.02 for checkpoint loads, whose ranges are mostly adjacent and join at any gap).
 - ``MAX_INFLIGHT_BYTES = 1 GiB``: a budget below max_inflight_requests x chunk_bytes caps
   throughput (64 MiB: 0.9 GB/s vs 1.9 GB/s modelled); 1 GiB never binds at the defaults
   (64 x 8 MiB = 512 MiB). Bytes go straight into caller buffers, so it bounds work, not memory.
@@ -37,12 +44,24 @@ single numbers move by +-25 %; the choices below held across repeated runs.
   fewer, larger write callbacks per byte.
 """
 
-import os
+import _gcsio
 
-MAX_INFLIGHT_REQUESTS = 64
-MAX_INFLIGHT_BYTES = 1 << 30
-CHUNK_BYTES = 8 << 20
-MIN_CHUNK_BYTES = 2 << 20
-COALESCE_GAP_BYTES = 16 << 10
-NUM_THREADS = min(4, os.cpu_count() or 1)
-RECV_BUFFER_BYTES = 256 << 10
+_TABLE = _gcsio.DEFAULTS
+
+MAX_INFLIGHT_REQUESTS: int = _TABLE["max_inflight_requests"]
+MAX_INFLIGHT_BYTES: int = _TABLE["max_inflight_bytes"]
+CHUNK_BYTES: int = _TABLE["chunk_bytes"]
+MIN_CHUNK_BYTES: int = _TABLE["min_chunk_bytes"]
+COALESCE_GAP_BYTES: int = _TABLE["coalesce_gap_bytes"]
+NUM_THREADS: int = _TABLE["num_threads"]  # min(4, CPUs)
+RECV_BUFFER_BYTES: int = _TABLE["recv_buffer_bytes"]
+
+CONNECT_TIMEOUT_S: float = _TABLE["connect_timeout_s"]
+STALL_TIMEOUT_S: float = _TABLE["stall_timeout_s"]
+
+MAX_ATTEMPTS: int = _TABLE["max_attempts"]
+INITIAL_BACKOFF_S: float = _TABLE["initial_backoff_s"]
+MAX_BACKOFF_S: float = _TABLE["max_backoff_s"]
+RETRY_DEADLINE_S: float = _TABLE["deadline_s"]
+
+TOKEN_REFRESH_MARGIN_S: float = _TABLE["token_refresh_margin_s"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 
 import _gcsio
@@ -11,8 +10,8 @@ from gcsckpt.io import defaults
 from gcsckpt.io.auth import default_token_provider
 from gcsckpt.io.buffers import as_writable_buffer
 from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
-from gcsckpt.io.errors import ObjectNotFoundError, RangeReadError, make_error
-from gcsckpt.io.records import ObjectStat, RangeRequest
+from gcsckpt.io.errors import RangeReadError, make_error
+from gcsckpt.io.records import RangeRequest
 from gcsckpt.io.retry import RetryPolicy
 
 
@@ -141,8 +140,8 @@ class RangeReader:
         coalesce_gap_bytes: int = defaults.COALESCE_GAP_BYTES,
         retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, shared safely
         token_provider: Callable[[], str] | None = None,
-        connect_timeout_s: float = 10.0,
-        stall_timeout_s: float = 30.0,
+        connect_timeout_s: float = defaults.CONNECT_TIMEOUT_S,
+        stall_timeout_s: float = defaults.STALL_TIMEOUT_S,
         num_threads: int = defaults.NUM_THREADS,
         min_chunk_bytes: int = defaults.MIN_CHUNK_BYTES,
         recv_buffer_bytes: int = defaults.RECV_BUFFER_BYTES,
@@ -225,35 +224,6 @@ class RangeReader:
                 ``ObjectNotFoundError`` (also a FileNotFoundError) when all failures are 404s.
         """
         self.submit(requests).wait()
-
-    def stat(self, bucket: str, object: str) -> ObjectStat:
-        """Size (bytes) and generation of ``gs://bucket/object`` (JSON API metadata GET).
-
-        Raises:
-            ObjectNotFoundError: HTTP 404 (bucket or object missing).
-            RangeReadError: any other failure after retries.
-        """
-        status, body, error, attempts = self._reader.metadata(bucket, object)
-        if status == 200:
-            try:
-                meta = json.loads(body)
-                return ObjectStat(
-                    size=int(meta["size"]), generation=int(meta.get("generation") or 0)
-                )
-            except (ValueError, KeyError, TypeError) as e:
-                error = f"unreadable object metadata ({type(e).__name__}: {e})"
-        failure = {
-            "bucket": bucket,
-            "object": object,
-            "offset": 0,
-            "length": 0,
-            "status": status or None,
-            "error": error,
-            "attempts": attempts,
-        }
-        if status == 404:
-            raise ObjectNotFoundError([failure])
-        raise RangeReadError([failure])
 
     def stats(self) -> dict:
         """Counters since the last reset.

@@ -23,15 +23,3 @@ class RangeRequest(NamedTuple):
     offset: int
     length: int
     dest: Any
-
-
-class ObjectStat(NamedTuple):
-    """Object metadata from ``RangeReader.stat``.
-
-    Attributes:
-        size: object size in bytes.
-        generation: object generation (0 if the endpoint does not report one).
-    """
-
-    size: int
-    generation: int

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from gcsckpt.io import defaults
+
 
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
@@ -29,10 +31,10 @@ class RetryPolicy:
         ValueError: a field is out of range (the message names it).
     """
 
-    max_attempts: int = 6
-    initial_backoff_s: float = 0.05
-    max_backoff_s: float = 2.0
-    deadline_s: float = 120.0
+    max_attempts: int = defaults.MAX_ATTEMPTS
+    initial_backoff_s: float = defaults.INITIAL_BACKOFF_S
+    max_backoff_s: float = defaults.MAX_BACKOFF_S
+    deadline_s: float = defaults.RETRY_DEADLINE_S
 
     def __post_init__(self) -> None:
         if int(self.max_attempts) != self.max_attempts or self.max_attempts < 1:

@@ -2,6 +2,8 @@
 // > 4 GiB ranges; plus a randomized check that plan + ScatterWriter reproduce every range.
 #include "cc/gcsio/range_plan.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <random>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "cc/gcsio/scatter_writer.h"
-#include "tests/cc/check.h"
 
 namespace gcsio {
 namespace {
@@ -24,117 +25,117 @@ Plan MakePlan(const std::vector<RangeSpec>& ranges, uint64_t chunk, uint64_t gap
   return PlanFetches(ranges, o);
 }
 
-void SingleRange() {
+TEST(RangePlanTest, SingleRange) {
   Plan p = MakePlan({{0, 100, 50}}, kMiB, 0);
-  CHECK_EQ(p.fetches.size(), 1u);
-  CHECK_EQ(p.fetches[0].offset, 100u);
-  CHECK_EQ(p.fetches[0].length, 50u);
-  CHECK_EQ(p.fetches[0].pieces.size(), 1u);
-  CHECK_EQ(p.fetches[0].pieces[0].fetch_offset, 0u);
-  CHECK_EQ(p.fetches[0].pieces[0].dest_offset, 0u);
-  CHECK_EQ(p.fetches[0].pieces[0].length, 50u);
-  CHECK_EQ(p.pieces_per_request[0], 1u);
+  ASSERT_EQ(p.fetches.size(), 1u);
+  EXPECT_EQ(p.fetches[0].offset, 100u);
+  EXPECT_EQ(p.fetches[0].length, 50u);
+  ASSERT_EQ(p.fetches[0].pieces.size(), 1u);
+  EXPECT_EQ(p.fetches[0].pieces[0].fetch_offset, 0u);
+  EXPECT_EQ(p.fetches[0].pieces[0].dest_offset, 0u);
+  EXPECT_EQ(p.fetches[0].pieces[0].length, 50u);
+  EXPECT_EQ(p.pieces_per_request[0], 1u);
 }
 
-void CoalescesWithinGap() {
+TEST(RangePlanTest, CoalescesWithinGap) {
   // Gap of exactly coalesce_gap_bytes joins; one byte more does not.
   Plan joined = MakePlan({{0, 0, 10}, {0, 20, 10}}, kMiB, 10);
-  CHECK_EQ(joined.fetches.size(), 1u);
-  CHECK_EQ(joined.fetches[0].offset, 0u);
-  CHECK_EQ(joined.fetches[0].length, 30u);
-  CHECK_EQ(joined.fetches[0].pieces[1].fetch_offset, 20u);
+  ASSERT_EQ(joined.fetches.size(), 1u);
+  EXPECT_EQ(joined.fetches[0].offset, 0u);
+  EXPECT_EQ(joined.fetches[0].length, 30u);
+  EXPECT_EQ(joined.fetches[0].pieces[1].fetch_offset, 20u);
   Plan apart = MakePlan({{0, 0, 10}, {0, 21, 10}}, kMiB, 10);
-  CHECK_EQ(apart.fetches.size(), 2u);
+  ASSERT_EQ(apart.fetches.size(), 2u);
   // Adjacent ranges always join, even with gap 0.
   Plan adjacent = MakePlan({{0, 0, 10}, {0, 10, 10}}, kMiB, 0);
-  CHECK_EQ(adjacent.fetches.size(), 1u);
-  CHECK_EQ(adjacent.fetches[0].length, 20u);
+  ASSERT_EQ(adjacent.fetches.size(), 1u);
+  EXPECT_EQ(adjacent.fetches[0].length, 20u);
 }
 
-void NeverCoalescesAcrossObjects() {
+TEST(RangePlanTest, NeverCoalescesAcrossObjects) {
   Plan p = MakePlan({{0, 0, 10}, {1, 10, 10}}, kMiB, kMiB);
-  CHECK_EQ(p.fetches.size(), 2u);
-  CHECK(p.fetches[0].object_id != p.fetches[1].object_id);
+  ASSERT_EQ(p.fetches.size(), 2u);
+  EXPECT_TRUE(p.fetches[0].object_id != p.fetches[1].object_id);
 }
 
-void SplitsLargeRangesEvenly() {
+TEST(RangePlanTest, SplitsLargeRangesEvenly) {
   Plan p = MakePlan({{0, 7, 10 * kMiB}}, 4 * kMiB, 0);
-  CHECK_EQ(p.fetches.size(), 3u);
+  ASSERT_EQ(p.fetches.size(), 3u);
   uint64_t next = 7, dest = 0;
   for (const Fetch& f : p.fetches) {
-    CHECK_EQ(f.offset, next);
-    CHECK(f.length <= 4 * kMiB);
-    CHECK(f.length + 2 >= 10 * kMiB / 3);  // near-equal parts, not 4+4+2
-    CHECK_EQ(f.pieces.size(), 1u);
-    CHECK_EQ(f.pieces[0].dest_offset, dest);
+    EXPECT_EQ(f.offset, next);
+    EXPECT_TRUE(f.length <= 4 * kMiB);
+    EXPECT_TRUE(f.length + 2 >= 10 * kMiB / 3);  // near-equal parts, not 4+4+2
+    ASSERT_EQ(f.pieces.size(), 1u);
+    EXPECT_EQ(f.pieces[0].dest_offset, dest);
     next += f.length;
     dest += f.length;
   }
-  CHECK_EQ(next, 7 + 10 * kMiB);
-  CHECK_EQ(p.pieces_per_request[0], 3u);
+  EXPECT_EQ(next, 7 + 10 * kMiB);
+  EXPECT_EQ(p.pieces_per_request[0], 3u);
 }
 
-void ZeroLengthNeedsNoFetch() {
+TEST(RangePlanTest, ZeroLengthNeedsNoFetch) {
   Plan p = MakePlan({{0, 5, 0}, {0, 0, 4}, {3, 99, 0}}, kMiB, 0);
-  CHECK_EQ(p.fetches.size(), 1u);
-  CHECK_EQ(p.pieces_per_request[0], 0u);
-  CHECK_EQ(p.pieces_per_request[1], 1u);
-  CHECK_EQ(p.pieces_per_request[2], 0u);
+  ASSERT_EQ(p.fetches.size(), 1u);
+  EXPECT_EQ(p.pieces_per_request[0], 0u);
+  EXPECT_EQ(p.pieces_per_request[1], 1u);
+  EXPECT_EQ(p.pieces_per_request[2], 0u);
 }
 
-void OverlappingRangesShareBytes() {
+TEST(RangePlanTest, OverlappingRangesShareBytes) {
   Plan p = MakePlan({{0, 50, 100}, {0, 0, 100}, {0, 60, 10}}, kMiB, 0);
-  CHECK_EQ(p.fetches.size(), 1u);
+  ASSERT_EQ(p.fetches.size(), 1u);
   const Fetch& f = p.fetches[0];
-  CHECK_EQ(f.offset, 0u);
-  CHECK_EQ(f.length, 150u);
-  CHECK_EQ(f.pieces.size(), 3u);
+  EXPECT_EQ(f.offset, 0u);
+  EXPECT_EQ(f.length, 150u);
+  ASSERT_EQ(f.pieces.size(), 3u);
   for (const Piece& piece : f.pieces) {
     const uint64_t want_start = piece.request == 0 ? 50 : piece.request == 1 ? 0 : 60;
-    CHECK_EQ(piece.fetch_offset, want_start);
-    CHECK_EQ(piece.dest_offset, 0u);
+    EXPECT_EQ(piece.fetch_offset, want_start);
+    EXPECT_EQ(piece.dest_offset, 0u);
   }
 }
 
-void UnsortedInputIssuesEarlyRequestsFirst() {
+TEST(RangePlanTest, UnsortedInputIssuesEarlyRequestsFirst) {
   // Request 0 sits at the end of object 1; it must be fetched first.
   Plan p = MakePlan({{1, 900, 10}, {0, 0, 10}, {1, 0, 10}}, kMiB, 0);
-  CHECK_EQ(p.fetches.size(), 3u);
-  CHECK_EQ(p.fetches[0].object_id, 1u);
-  CHECK_EQ(p.fetches[0].offset, 900u);
-  CHECK_EQ(p.fetches[1].pieces[0].request, 1u);
-  CHECK_EQ(p.fetches[2].pieces[0].request, 2u);
+  ASSERT_EQ(p.fetches.size(), 3u);
+  EXPECT_EQ(p.fetches[0].object_id, 1u);
+  EXPECT_EQ(p.fetches[0].offset, 900u);
+  EXPECT_EQ(p.fetches[1].pieces[0].request, 1u);
+  EXPECT_EQ(p.fetches[2].pieces[0].request, 2u);
 }
 
-void OffsetsBeyondFourGiB() {
+TEST(RangePlanTest, OffsetsBeyondFourGiB) {
   const uint64_t base = 5 * kGiB + 123;
   Plan p = MakePlan({{0, base, 3 * kMiB}, {0, base + 3 * kMiB + 10, 5}}, 2 * kMiB, 64);
-  CHECK_EQ(p.fetches.size(), 2u);
-  CHECK_EQ(p.fetches[0].offset, base);
-  CHECK_EQ(p.fetches[1].offset + p.fetches[1].length, base + 3 * kMiB + 15);
-  CHECK_EQ(p.fetches[1].pieces.back().request, 1u);
+  ASSERT_EQ(p.fetches.size(), 2u);
+  EXPECT_EQ(p.fetches[0].offset, base);
+  EXPECT_EQ(p.fetches[1].offset + p.fetches[1].length, base + 3 * kMiB + 15);
+  EXPECT_EQ(p.fetches[1].pieces.back().request, 1u);
   // Ends near 2^64 do not overflow.
   Plan top = MakePlan({{0, UINT64_MAX - 10, 10}}, 4, 0);
-  CHECK_EQ(top.fetches.size(), 3u);
-  CHECK_EQ(top.fetches.back().offset + top.fetches.back().length, UINT64_MAX);
+  ASSERT_EQ(top.fetches.size(), 3u);
+  EXPECT_EQ(top.fetches.back().offset + top.fetches.back().length, UINT64_MAX);
 }
 
-void NoFetchIsOnlyGap() {
+TEST(RangePlanTest, NoFetchIsOnlyGap) {
   // Span [0, 30) with a hole [10, 20); chunk 12 would end the first fetch inside the hole.
   Plan p = MakePlan({{0, 0, 10}, {0, 20, 10}}, 12, 10);
   for (const Fetch& f : p.fetches) {
-    CHECK(!f.pieces.empty());
-    CHECK(f.length <= 12);
+    EXPECT_TRUE(!f.pieces.empty());
+    EXPECT_TRUE(f.length <= 12);
     uint64_t covered = 0;
     for (const Piece& piece : f.pieces) covered += piece.length;
-    CHECK(covered > 0);
+    EXPECT_TRUE(covered > 0);
   }
-  CHECK_EQ(p.fetches[0].offset, 0u);
-  CHECK_EQ(p.fetches[0].length, 10u);  // trimmed back to the end of the needed bytes
-  CHECK_EQ(p.fetches[1].offset, 20u);
+  EXPECT_EQ(p.fetches[0].offset, 0u);
+  EXPECT_EQ(p.fetches[0].length, 10u);  // trimmed back to the end of the needed bytes
+  EXPECT_EQ(p.fetches[1].offset, 20u);
 }
 
-void SmallBatchesAreCutToFillTheRequestSlots() {
+TEST(RangePlanTest, SmallBatchesAreCutToFillTheRequestSlots) {
   PlanOptions o;
   o.chunk_bytes = 8 * kMiB;
   o.coalesce_gap_bytes = 0;
@@ -144,30 +145,30 @@ void SmallBatchesAreCutToFillTheRequestSlots() {
   std::vector<RangeSpec> ranges;
   for (uint64_t i = 0; i < 8; ++i) ranges.push_back({0, i * 16 * kMiB, 8 * kMiB});
   Plan p = PlanFetches(ranges, o);
-  CHECK_EQ(p.fetches.size(), 32u);
-  for (const Fetch& f : p.fetches) CHECK_EQ(f.length, 2 * kMiB);
-  CHECK_EQ(EffectiveChunkBytes(o, 64 * kMiB), 2 * kMiB);
-  CHECK_EQ(EffectiveChunkBytes(o, 256 * kMiB), 4 * kMiB);
-  CHECK_EQ(EffectiveChunkBytes(o, 8 * kGiB), 8 * kMiB);  // large batches keep chunk_bytes
-  CHECK_EQ(EffectiveChunkBytes(o, 100), 2 * kMiB);       // a tiny batch is not cut at all
-  CHECK_EQ(MakePlan({{0, 0, 100}}, kMiB, 0).fetches.size(), 1u);
+  ASSERT_EQ(p.fetches.size(), 32u);
+  for (const Fetch& f : p.fetches) EXPECT_EQ(f.length, 2 * kMiB);
+  EXPECT_EQ(EffectiveChunkBytes(o, 64 * kMiB), 2 * kMiB);
+  EXPECT_EQ(EffectiveChunkBytes(o, 256 * kMiB), 4 * kMiB);
+  EXPECT_EQ(EffectiveChunkBytes(o, 8 * kGiB), 8 * kMiB);  // large batches keep chunk_bytes
+  EXPECT_EQ(EffectiveChunkBytes(o, 100), 2 * kMiB);       // a tiny batch is not cut at all
+  ASSERT_EQ(MakePlan({{0, 0, 100}}, kMiB, 0).fetches.size(), 1u);
   o.target_fetches = 0;  // off
-  CHECK_EQ(EffectiveChunkBytes(o, 64 * kMiB), 8 * kMiB);
+  EXPECT_EQ(EffectiveChunkBytes(o, 64 * kMiB), 8 * kMiB);
   o.target_fetches = 64;
   o.min_chunk_bytes = 16 * kMiB;  // a floor above chunk_bytes is capped by it
-  CHECK_EQ(EffectiveChunkBytes(o, 64 * kMiB), 8 * kMiB);
+  EXPECT_EQ(EffectiveChunkBytes(o, 64 * kMiB), 8 * kMiB);
 }
 
-void RejectsBadInput() {
-  CHECK_THROWS(MakePlan({{0, UINT64_MAX, 2}}, kMiB, 0), std::invalid_argument);
-  CHECK_THROWS(MakePlan({{0, 0, 2}}, 0, 0), std::invalid_argument);
+TEST(RangePlanTest, RejectsBadInput) {
+  EXPECT_THROW(MakePlan({{0, UINT64_MAX, 2}}, kMiB, 0), std::invalid_argument);
+  EXPECT_THROW(MakePlan({{0, 0, 2}}, 0, 0), std::invalid_argument);
 }
 
 uint8_t ObjectByte(uint32_t object, uint64_t pos) {
   return static_cast<uint8_t>((pos * 2654435761u + object * 97u) >> 7);
 }
 
-void RandomPlansReproduceEveryRange() {
+TEST(RangePlanTest, RandomPlansReproduceEveryRange) {
   std::mt19937_64 rng(7);
   for (int round = 0; round < 300; ++round) {
     const uint64_t chunk = 1 + rng() % 5000;
@@ -187,8 +188,8 @@ void RandomPlansReproduceEveryRange() {
     }
     std::vector<uint32_t> pieces_seen(ranges.size(), 0);
     for (const Fetch& f : p.fetches) {
-      CHECK(f.length >= 1 && f.length <= chunk);
-      CHECK(!f.pieces.empty());
+      EXPECT_TRUE(f.length >= 1 && f.length <= chunk);
+      EXPECT_TRUE(!f.pieces.empty());
       // Stream the body in random slices, as a network would.
       ScatterWriter writer(&f, &dests);
       std::vector<uint8_t> body(f.length);
@@ -201,14 +202,14 @@ void RandomPlansReproduceEveryRange() {
       }
       for (const Piece& piece : f.pieces) {
         ++pieces_seen[piece.request];
-        CHECK_EQ(ranges[piece.request].object_id, f.object_id);
+        EXPECT_EQ(ranges[piece.request].object_id, f.object_id);
       }
     }
     for (size_t i = 0; i < ranges.size(); ++i) {
-      CHECK_EQ(pieces_seen[i], p.pieces_per_request[i]);
-      CHECK_EQ(p.pieces_per_request[i] == 0, ranges[i].length == 0);
+      EXPECT_EQ(pieces_seen[i], p.pieces_per_request[i]);
+      EXPECT_EQ(p.pieces_per_request[i] == 0, ranges[i].length == 0);
       for (uint64_t k = 0; k < ranges[i].length; ++k) {
-        CHECK_EQ(bufs[i][k], ObjectByte(ranges[i].object_id, ranges[i].offset + k));
+        EXPECT_EQ(bufs[i][k], ObjectByte(ranges[i].object_id, ranges[i].offset + k));
       }
     }
     // Fetches of one object never overlap (no byte is downloaded twice).
@@ -216,27 +217,10 @@ void RandomPlansReproduceEveryRange() {
     for (const Fetch& f : p.fetches) spans[f.object_id].push_back({f.offset, f.offset + f.length});
     for (auto& s : spans) {
       std::sort(s.begin(), s.end());
-      for (size_t i = 1; i < s.size(); ++i) CHECK(s[i - 1].second <= s[i].first);
+      for (size_t i = 1; i < s.size(); ++i) EXPECT_TRUE(s[i - 1].second <= s[i].first);
     }
   }
 }
 
 }  // namespace
 }  // namespace gcsio
-
-int main() {
-  gcsio::SingleRange();
-  gcsio::CoalescesWithinGap();
-  gcsio::NeverCoalescesAcrossObjects();
-  gcsio::SplitsLargeRangesEvenly();
-  gcsio::ZeroLengthNeedsNoFetch();
-  gcsio::OverlappingRangesShareBytes();
-  gcsio::UnsortedInputIssuesEarlyRequestsFirst();
-  gcsio::OffsetsBeyondFourGiB();
-  gcsio::NoFetchIsOnlyGap();
-  gcsio::SmallBatchesAreCutToFillTheRequestSlots();
-  gcsio::RejectsBadInput();
-  gcsio::RandomPlansReproduceEveryRange();
-  std::cout << "range_plan_test: OK" << std::endl;
-  return 0;
-}

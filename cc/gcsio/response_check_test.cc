@@ -1,0 +1,81 @@
+// Response checks: Content-Range parsing, 206/200 validation, status and transport verdicts.
+#include "cc/gcsio/response_check.h"
+
+#include <curl/curl.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace gcsio {
+namespace {
+
+TEST(ResponseCheckTest, ParsesContentRange) {
+  ContentRange a = ParseContentRange("bytes 0-99/1000");
+  EXPECT_TRUE(a.valid && !a.unsatisfied && a.first == 0 && a.last == 99 && a.has_total);
+  EXPECT_EQ(a.total, 1000u);
+  ContentRange b = ParseContentRange(" bytes 5368709120-5368709121/* ");
+  EXPECT_TRUE(b.valid && !b.has_total && b.first == 5368709120ULL);
+  ContentRange c = ParseContentRange("bytes */42");
+  EXPECT_TRUE(c.valid && c.unsatisfied && c.total == 42);
+  for (const char* bad :
+       {"", "bytes", "bytes 5-4/10", "bytes 0-10/10", "items 0-1/2", "bytes a-b/c", "bytes 0-1"}) {
+    EXPECT_TRUE(!ParseContentRange(bad).valid);
+  }
+}
+
+TEST(ResponseCheckTest, ValidatesSuccessHeaders) {
+  const AttemptRange r{100, 50};
+  EXPECT_TRUE(CheckSuccessHeaders(206, r, "bytes 100-149/1000", 50).verdict == Verdict::kSuccess);
+  EXPECT_TRUE(CheckSuccessHeaders(206, r, "bytes 100-149/*", -1).verdict == Verdict::kSuccess);
+  Outcome shifted = CheckSuccessHeaders(206, r, "bytes 101-150/1000", 50);
+  EXPECT_TRUE(shifted.verdict == Verdict::kRetry && shifted.cause == "bad_content_range");
+  EXPECT_TRUE(CheckSuccessHeaders(206, r, "", 50).verdict == Verdict::kRetry);
+  EXPECT_TRUE(CheckSuccessHeaders(206, r, "bytes 100-149/1000", 49).verdict == Verdict::kRetry);
+  Outcome past_end = CheckSuccessHeaders(206, r, "bytes 100-119/120", 20);
+  EXPECT_TRUE(past_end.verdict == Verdict::kFail && past_end.cause == "beyond_end");
+  EXPECT_TRUE(past_end.message.find("size 120") != std::string::npos);
+  // 200: only for a read from byte 0 of exactly the requested length.
+  EXPECT_TRUE(CheckSuccessHeaders(200, AttemptRange{0, 50}, "", 50).verdict == Verdict::kSuccess);
+  EXPECT_TRUE(CheckSuccessHeaders(200, AttemptRange{0, 50}, "", -1).verdict == Verdict::kSuccess);
+  EXPECT_TRUE(CheckSuccessHeaders(200, AttemptRange{0, 50}, "", 51).verdict == Verdict::kFail);
+  EXPECT_TRUE(CheckSuccessHeaders(200, r, "", 50).verdict == Verdict::kFail);
+  EXPECT_TRUE(CheckSuccessHeaders(204, r, "", 0).verdict == Verdict::kFail);
+}
+
+TEST(ResponseCheckTest, ClassifiesStatuses) {
+  for (long s : {408, 429, 500, 502, 503, 504}) {
+    Outcome o = StatusOutcome(s, "busy", "b", "o", "cred");
+    EXPECT_TRUE(o.verdict == Verdict::kRetry);
+    EXPECT_EQ(o.cause, "http_" + std::to_string(s));
+  }
+  Outcome nf = StatusOutcome(404, "No such object: b/o", "bkt", "dir/obj", "cred");
+  EXPECT_TRUE(nf.verdict == Verdict::kFail && nf.status == 404);
+  EXPECT_TRUE(nf.message.find("bucket 'bkt'") != std::string::npos);
+  EXPECT_TRUE(nf.message.find("object 'dir/obj'") != std::string::npos);
+  Outcome denied = StatusOutcome(403, "", "b", "o", "sa@example.iam");
+  EXPECT_TRUE(denied.verdict == Verdict::kFail);
+  EXPECT_TRUE(denied.message.find("permission denied") != std::string::npos);
+  EXPECT_TRUE(denied.message.find("sa@example.iam") != std::string::npos);
+  EXPECT_TRUE(StatusOutcome(401, "", "b", "o", "c").verdict == Verdict::kFail);
+  EXPECT_TRUE(StatusOutcome(416, "", "b", "o", "c").verdict == Verdict::kFail);
+  // Error bodies are cut short and stripped of control characters.
+  Outcome long_body = StatusOutcome(400, std::string(5000, 'x') + "\n\t", "b", "o", "c");
+  EXPECT_TRUE(long_body.message.size() < 400);
+}
+
+TEST(ResponseCheckTest, ClassifiesTransportErrors) {
+  EXPECT_EQ(TransportOutcome(CURLE_COULDNT_CONNECT, "").cause, std::string("connection_refused"));
+  EXPECT_EQ(TransportOutcome(CURLE_RECV_ERROR, "").cause, std::string("connection_reset"));
+  EXPECT_EQ(TransportOutcome(CURLE_SEND_ERROR, "").cause, std::string("connection_reset"));
+  EXPECT_EQ(TransportOutcome(CURLE_GOT_NOTHING, "").cause, std::string("connection_reset"));
+  EXPECT_EQ(TransportOutcome(CURLE_PARTIAL_FILE, "").cause, std::string("short_body"));
+  EXPECT_EQ(TransportOutcome(CURLE_OPERATION_TIMEDOUT, "").cause, std::string("timeout"));
+  EXPECT_TRUE(TransportOutcome(CURLE_PARTIAL_FILE, "x").verdict == Verdict::kRetry);
+  EXPECT_TRUE(TransportOutcome(CURLE_SSL_CACERT_BADFILE, "").verdict == Verdict::kFail);
+  EXPECT_TRUE(TransportOutcome(CURLE_URL_MALFORMAT, "").verdict == Verdict::kFail);
+  EXPECT_TRUE(TransportOutcome(CURLE_COULDNT_CONNECT, "port 9").message.find("port 9") !=
+              std::string::npos);
+}
+
+}  // namespace
+}  // namespace gcsio
