@@ -70,6 +70,36 @@ def test_overwrite_between_gets_fails_as_object_changed(on_old_generation):
     assert all(s.query.get("generation") == "1000" for s in seen[1:])
 
 
+def test_overwrite_through_the_local_endpoint_between_gets_fails(gcs):
+    """The same race against LocalGCS (nginx + emulator), overwritten after exactly 3 GETs.
+
+    The token provider runs before every attempt (its tokens are already expired), so it can
+    replace the object at an exact point of the read.
+    """
+    name = "ckpt/raced.distcp"
+    old, new = object_bytes(16 * MiB, seed=11), object_bytes(16 * MiB, seed=12)
+    gcs.put(BUCKET, name, old)
+    calls = []
+
+    def token_then_overwrite():
+        calls.append(1)
+        if len(calls) == 5:  # 1: submit, 2-4: GETs 1-3, 5: before GET 4
+            gcs.put(BUCKET, name, new)
+        return "unused-by-the-emulator", 1.0  # expired: asked again before every attempt
+
+    dest = bytearray(16 * MiB)
+    with sequential_reader(
+        gcs.endpoint, token_provider=token_then_overwrite, send_token=True
+    ) as reader:
+        with pytest.raises(ObjectChangedError, match="object changed during read") as info:
+            reader.read([RangeRequest(BUCKET, name, 0, 16 * MiB, dest)])
+    changed = info.value.changed[0]
+    assert changed["status"] == 404 and changed["pinned_generation"] > 0
+    assert changed["bytes_received"] == 0  # GET 4 and later: nothing of the new version
+    assert bytes(dest[: 6 * MiB]) == old[: 6 * MiB]
+    assert gcs.get(BUCKET, name) == new
+
+
 def test_requested_generation_is_sent_on_every_get_and_checked():
     old, new = object_bytes(4 * MiB, seed=3), object_bytes(4 * MiB, seed=4)
     with ScriptedGCS(Script([old, new])) as server, sequential_reader(server.endpoint) as reader:

@@ -175,3 +175,17 @@ def test_empty_objects_upload_and_read(gcs, bucket, kind):
 def test_empty_upload_through_the_helpers(gcs, bucket):
     json_api.upload(gcs.endpoint, bucket, "empty-helper", b"")
     assert gcs.get(bucket, "empty-helper") == b""
+
+
+@pytest.mark.parametrize(
+    "name", ["double//slash", "/leading-slash", "dir/sub/x", "unicode-ü€", "q?x=1&y#h", "50%+"]
+)
+def test_generation_reads_of_odd_names(gcs, bucket, name):
+    generation = int(json_api.upload(gcs.endpoint, bucket, name, b"odd content")["generation"])
+    conn = connect(gcs.endpoint)
+    path = media_path(bucket, name)
+    status, headers, body = fetch(conn, f"{path}&generation={generation}", "bytes=4-10")
+    assert (status, headers["x-goog-generation"], body) == (206, str(generation), b"content")
+    status, headers, body = fetch(conn, f"{path}&ifGenerationMatch={generation}")
+    assert (status, body) == (200, b"odd content")
+    conn.close()
