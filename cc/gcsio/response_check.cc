@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -29,8 +30,7 @@ std::string Snippet(std::string_view body) {
   for (char c : RedactCredentials(body, "")) {
     out.push_back(std::isprint(static_cast<unsigned char>(c)) ? c : ' ');
   }
-  std::string_view trimmed = Trim(std::string_view(out).substr(0, 300));
-  return std::string(Trim(trimmed));
+  return std::string(Trim(std::string_view(out).substr(0, 300)));
 }
 
 bool IsSpace(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
@@ -154,9 +154,12 @@ std::string RedactCredentials(std::string_view text, std::string_view secret) {
   size_t i = 0;
   while (i < text.size()) {
     std::string_view rest = text.substr(i);
-    if (!secret.empty() && rest.substr(0, secret.size()) == secret) {
+    // The secret, or (when the body was cut short) a tail of text that starts it.
+    const bool cut_secret =
+        rest.size() >= 4 && rest.size() < secret.size() && secret.substr(0, rest.size()) == rest;
+    if (!secret.empty() && (rest.substr(0, secret.size()) == secret || cut_secret)) {
       out += kRedacted;
-      i += secret.size();
+      i += std::min(secret.size(), rest.size());
     } else if (StartsWithBearer(rest) &&
                (i == 0 || !std::isalnum(static_cast<unsigned char>(text[i - 1])))) {
       size_t j = 6;

@@ -63,8 +63,9 @@ Outcome CheckWholeObjectAnswer(const AttemptRange& range, int64_t content_length
 // `pinned` (> 0): kSuccess when equal, else kFail with cause kGenerationChanged.
 Outcome CheckGeneration(int64_t pinned, int64_t seen);
 
-// `text` with every occurrence of `secret` (when not empty) and every "Bearer <token>" replaced
-// by "<redacted>", so server bodies that echo request headers never carry a token into errors.
+// `text` with every occurrence of `secret` (when not empty; also a start of it cut off at the
+// end of `text`) and every "Bearer <token>" replaced by "<redacted>", so server bodies that
+// echo request headers never carry a token into errors.
 std::string RedactCredentials(std::string_view text, std::string_view secret);
 
 // Verdict for a libcurl error code (`curl_code` != CURLE_OK); `detail` is libcurl's message.
