@@ -23,9 +23,10 @@ it (the pinned gcp-storage-emulator lacks all of it):
   GET): that costs a Python round trip per read, which the stock baseline's ~400k small GETs
   per round would feel; this adds one map lookup (and, for pinned reads, one internal redirect)
   to nginx's static-file path. Measured (RangeReader, 16 parallel 8 MiB GETs of a 128 MiB
-  object, median of 9 rounds, 3 runs interleaved with the previous endpoint, machine load
-  average 30-40 on 2 cores): before 598 / 506 / 324 MB/s, after 423 / 246 / 444 MB/s, i.e.
-  within that load's noise.
+  object, median of 9 rounds, runs interleaved with the previous endpoint and reader, 2 cores
+  shared at load average ~17): before 850 / 820 MB/s, after 860 / 840 MB/s (the reader now
+  sends generation= after the first answer, so this includes the pinned path); 280 x 64 KiB
+  GETs, 16 in flight: before 6769 / 4703, after 5056 / 4884 requests/s (noise of that load).
 - Preconditions on uploads: `ifGenerationMatch` on media, multipart and resumable uploads
   (checked when the session starts and when the object is written) answers 412 when the
   object's generation differs; `ifGenerationMatch=0` means "only if absent".
