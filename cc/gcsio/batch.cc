@@ -12,7 +12,9 @@ Batch::Batch(std::vector<ObjectRef> objects, std::vector<RangeSpec> ranges,
       request_failed_(ranges_.size(), false),
       open_fetches_(plan_.fetches.size()) {
   states_.reserve(plan_.fetches.size());
-  for (const Fetch& f : plan_.fetches) states_.push_back(FetchState{0, 0, 0, {}, {&f, &dests_}});
+  for (const Fetch& f : plan_.fetches) states_.push_back(FetchState{0, 0, {}, {&f, &dests_}});
+  pins_ = std::make_unique<std::atomic<int64_t>[]>(objects_.size());
+  for (size_t i = 0; i < objects_.size(); ++i) pins_[i].store(objects_[i].generation);
   for (uint32_t r = 0; r < remaining_.size(); ++r) {
     if (remaining_[r] == 0) unreported_.push_back(r);  // zero-length: nothing to fetch
   }
@@ -33,14 +35,40 @@ void Batch::FetchSucceeded(uint32_t fetch) {
   EndFetchLocked();
 }
 
-void Batch::FetchFailed(uint32_t fetch, long status, const std::string& error, int attempts) {
+void Batch::FetchSucceededUpTo(uint32_t fetch, uint64_t object_size,
+                               const RequestFailure& failure) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Fetch& f = plan_.fetches[fetch];
+  for (const Piece& p : f.pieces) {
+    if (f.offset + p.fetch_offset + p.length <= object_size) {
+      if (--remaining_[p.request] == 0 && !request_failed_[p.request]) {
+        unreported_.push_back(p.request);
+      }
+    } else if (!request_failed_[p.request]) {
+      request_failed_[p.request] = true;
+      failures_.push_back(failure);
+      failures_.back().request = p.request;
+    }
+  }
+  EndFetchLocked();
+}
+
+void Batch::FetchFailed(uint32_t fetch, const RequestFailure& failure) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const Piece& p : plan_.fetches[fetch].pieces) {
     if (request_failed_[p.request]) continue;
     request_failed_[p.request] = true;
-    failures_.push_back(RequestFailure{p.request, status, error, attempts});
+    failures_.push_back(failure);
+    failures_.back().request = p.request;
   }
   EndFetchLocked();
+}
+
+std::vector<std::pair<ObjectRef, int64_t>> Batch::Generations() const {
+  std::vector<std::pair<ObjectRef, int64_t>> out;
+  out.reserve(objects_.size());
+  for (size_t i = 0; i < objects_.size(); ++i) out.emplace_back(objects_[i], pins_[i].load());
+  return out;
 }
 
 void Batch::FetchDropped(uint32_t) {

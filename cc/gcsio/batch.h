@@ -8,8 +8,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cc/gcsio/range_plan.h"
@@ -20,6 +22,7 @@ namespace gcsio {
 struct ObjectRef {
   std::string bucket;
   std::string object;
+  int64_t generation = 0;  // the generation the caller wants read; 0: the first answer's
 };
 
 struct RequestFailure {
@@ -27,13 +30,17 @@ struct RequestFailure {
   long status = 0;       // HTTP status of the last attempt, 0 if none arrived
   std::string error;
   int attempts = 0;
+  std::string cause;            // e.g. "connection_reset", "beyond_end", kGenerationChanged
+  uint64_t bytes_received = 0;  // body bytes of the failed GET that arrived (all attempts)
+  uint64_t offset_reached = 0;  // object offset up to which that GET's bytes arrived
+  int64_t pinned_generation = 0;
+  int64_t seen_generation = 0;
 };
 
 // Mutable state of one fetch; only the thread running or queueing it touches it.
 struct FetchState {
   uint64_t received = 0;  // body bytes already written; a retry asks only for the rest
   int attempts = 0;
-  int64_t generation = 0;  // pinned from the first answer that names one
   std::chrono::steady_clock::time_point first_start;
   ScatterWriter writer;
 };
@@ -57,10 +64,20 @@ class Batch {
   uint64_t remaining_bytes(uint32_t fetch) const {
     return plan_.fetches[fetch].length - states_[fetch].received;
   }
+  // The generation every GET of the fetch's object is pinned to (0 until known). Set from the
+  // caller's ObjectRef, or by the first answer naming one (compare-and-swap: every later answer,
+  // on any thread, is checked against the same value), so one batch never mixes versions.
+  std::atomic<int64_t>& pin_of(uint32_t fetch) { return pins_[plan_.fetches[fetch].object_id]; }
+  // (object, pinned generation or 0) for every object of the batch.
+  std::vector<std::pair<ObjectRef, int64_t>> Generations() const;
 
   // Engine side: each fetch ends exactly once, by one of these.
   void FetchSucceeded(uint32_t fetch);
-  void FetchFailed(uint32_t fetch, long status, const std::string& error, int attempts);
+  // The object ended at `object_size`, inside the fetch: requests whose pieces all lie below it
+  // succeed, the others fail with `failure` (its request index is filled in).
+  void FetchSucceededUpTo(uint32_t fetch, uint64_t object_size, const RequestFailure& failure);
+  // Every request the fetch serves fails with `failure` (its request index is filled in).
+  void FetchFailed(uint32_t fetch, const RequestFailure& failure);
   void FetchDropped(uint32_t fetch);  // cancelled or shut down before finishing
   void MarkCancelled() { cancelled_.store(true); }
 
@@ -87,6 +104,7 @@ class Batch {
   const std::vector<uint8_t*> dests_;
   const Plan plan_;
   std::vector<FetchState> states_;
+  std::unique_ptr<std::atomic<int64_t>[]> pins_;  // per object
   std::atomic<bool> cancelled_{false};
 
   mutable std::mutex mu_;

@@ -16,6 +16,26 @@ std::string Seconds(double s) {
   return buf;
 }
 
+// 16095232 -> "16,095,232"
+std::string Grouped(uint64_t n) {
+  std::string digits = std::to_string(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+// "(16,095,232 of 16,777,216 bytes received, up to offset 16,099,328)": how far the GET got over
+// all its attempts, named when it is not the caller's range (coalesced or split).
+std::string Progress(const Fetch& f, uint64_t received) {
+  return "(" + Grouped(received) + " of " + Grouped(f.length) +
+         " bytes of GET bytes=" + std::to_string(f.offset) + "-" +
+         std::to_string(f.offset + f.length - 1) + " received, up to offset " +
+         Grouped(f.offset + received) + ")";
+}
+
 }  // namespace
 
 Engine::Worker::Worker(Engine* engine, int index)
@@ -95,8 +115,12 @@ void Engine::Worker::Start(Job job, uint64_t bytes) {
   }
   const ObjectRef& obj = batch.object_of(job.fetch);
   const EngineOptions& opt = engine_->options_;
+  std::atomic<int64_t>& pin = batch.pin_of(job.fetch);
   AttemptSetup setup;
-  setup.url = MediaUrl(opt.endpoint, obj.bucket, obj.object, st.generation);
+  // Once the object's generation is known every GET asks for exactly it.
+  setup.sent_generation = pin.load();
+  setup.pin = &pin;
+  setup.url = MediaUrl(opt.endpoint, obj.bucket, obj.object, setup.sent_generation);
   setup.range = AttemptRange{fetch.offset + st.received, fetch.length - st.received};
   setup.body_pos = st.received;
   setup.bearer_token = std::move(token);
@@ -150,7 +174,6 @@ void Engine::Worker::End(size_t slot, const Outcome& outcome) {
   curl_multi_remove_handle(multi_, a.transfer->easy());
   FetchState& st = a.job.batch->state(a.job.fetch);
   st.received += a.transfer->received();
-  if (st.generation == 0) st.generation = a.transfer->generation();
   if (outcome.status != 0) engine_->stats_.AddConnections(a.transfer->new_connections());
   engine_->ReleaseAttempt(a.bytes);
   Judge(std::move(a.job), outcome, a.transfer.get());
@@ -168,10 +191,23 @@ void Engine::Worker::Judge(Job job, const Outcome& outcome, const HttpTransfer* 
   switch (verdict) {
     case Verdict::kSuccess: {
       if (transfer != nullptr) stats.AddLatency(transfer->total_time_s(), transfer->ttfb_s());
+      const Fetch& f = batch.fetch(fetch);
+      const uint64_t end = outcome.object_size > 0 ? outcome.object_size : f.offset + f.length;
       uint64_t delivered = 0;
-      for (const Piece& p : batch.fetch(fetch).pieces) delivered += p.length;
+      for (const Piece& p : f.pieces) {
+        if (f.offset + p.fetch_offset + p.length <= end) delivered += p.length;
+      }
       stats.AddBytesDelivered(delivered);
-      batch.FetchSucceeded(fetch);
+      if (outcome.object_size == 0) {
+        batch.FetchSucceeded(fetch);
+        return;
+      }
+      stats.AddFailure();
+      RequestFailure past_end = Failure(outcome, st, f, "");
+      past_end.cause = "beyond_end";
+      past_end.error = "reaches past the end of the object (size " + std::to_string(end) +
+                       " bytes) " + Progress(f, st.received);
+      batch.FetchSucceededUpTo(fetch, end, past_end);
       return;
     }
     case Verdict::kCancelled:
@@ -190,14 +226,28 @@ void Engine::Worker::Judge(Job job, const Outcome& outcome, const HttpTransfer* 
               ? ""
               : " (retry deadline of " + Seconds(policy.deadline_s) + " s reached)";
       stats.AddFailure();
-      batch.FetchFailed(fetch, outcome.status, outcome.message + why, st.attempts);
+      batch.FetchFailed(fetch, Failure(outcome, st, batch.fetch(fetch), why));
       return;
     }
     case Verdict::kFail:
       stats.AddFailure();
-      batch.FetchFailed(fetch, outcome.status, outcome.message, st.attempts);
+      batch.FetchFailed(fetch, Failure(outcome, st, batch.fetch(fetch), ""));
       return;
   }
+}
+
+RequestFailure Engine::Worker::Failure(const Outcome& outcome, const FetchState& st, const Fetch& f,
+                                       const std::string& why) {
+  RequestFailure r;
+  r.status = outcome.status;
+  r.error = outcome.message + why + " " + Progress(f, st.received);
+  r.attempts = st.attempts;
+  r.cause = outcome.cause;
+  r.bytes_received = st.received;
+  r.offset_reached = f.offset + st.received;
+  r.pinned_generation = outcome.pinned_generation;
+  r.seen_generation = outcome.seen_generation;
+  return r;
 }
 
 void Engine::Worker::DropAll() {

@@ -46,6 +46,9 @@ class Engine::Worker {
   // through Engine::Requeue after a RetryPolicy backoff, asking only for the missing bytes.
   void Judge(Job job, const Outcome& outcome, const HttpTransfer* transfer);
   void DropAll();
+  // The failure record of a fetch that ends with `outcome`: its message, with how far it got.
+  static RequestFailure Failure(const Outcome& outcome, const FetchState& st, const Fetch& f,
+                                const std::string& why);
 
   Engine* engine_;
   const int index_;

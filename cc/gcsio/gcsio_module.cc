@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cc/gcsio/defaults.h"
@@ -88,11 +89,31 @@ class PyBatch {
     views_.clear();
   }
 
-  // [(request index, HTTP status or 0, error, attempts)]
-  std::vector<std::tuple<uint32_t, long, std::string, int>> Failures() const {
-    std::vector<std::tuple<uint32_t, long, std::string, int>> out;
+  // [{"index", "status" (0: none), "error", "attempts", "cause", "bytes_received",
+  //   "offset_reached", "pinned_generation", "seen_generation"}]
+  py::list Failures() const {
+    py::list out;
     for (const RequestFailure& f : batch_->Failures()) {
-      out.emplace_back(f.request, f.status, f.error, f.attempts);
+      py::dict d;
+      d["index"] = f.request;
+      d["status"] = f.status;
+      d["error"] = f.error;
+      d["attempts"] = f.attempts;
+      d["cause"] = f.cause;
+      d["bytes_received"] = f.bytes_received;
+      d["offset_reached"] = f.offset_reached;
+      d["pinned_generation"] = f.pinned_generation;
+      d["seen_generation"] = f.seen_generation;
+      out.append(d);
+    }
+    return out;
+  }
+
+  // [(bucket, object, generation every GET of it was pinned to, 0 if none was named)]
+  std::vector<std::tuple<std::string, std::string, int64_t>> Generations() const {
+    std::vector<std::tuple<std::string, std::string, int64_t>> out;
+    for (const auto& [obj, generation] : batch_->Generations()) {
+      out.emplace_back(obj.bucket, obj.object, generation);
     }
     return out;
   }
@@ -150,6 +171,8 @@ class PyReader {
     d["retries"] = s.retries;
     d["retries_by_cause"] = s.retries_by_cause;
     d["failures"] = s.failures;
+    d["whole_object_answers"] = s.whole_object_answers;
+    d["bytes_discarded"] = s.bytes_discarded;
     d["connections_opened"] = s.connections_opened;
     d["connections_reused"] = s.connections_reused;
     d["latency_p50_s"] = s.latency_p50_s;
@@ -219,6 +242,7 @@ PYBIND11_MODULE(_gcsio, m) {
       .def("done", &PyBatch::Done)
       .def("cancel", &PyBatch::Cancel)
       .def("failures", &PyBatch::Failures)
+      .def("generations", &PyBatch::Generations)
       .def("num_fetches", &PyBatch::num_fetches)
       .def("__len__", &PyBatch::size);
 

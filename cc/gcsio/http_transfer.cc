@@ -61,6 +61,9 @@ void HttpTransfer::Begin(const AttemptSetup& setup) {
   content_length_ = -1;
   generation_ = 0;
   headers_checked_ = false;
+  want_ = setup.range.length;
+  object_size_ = 0;
+  skip_ = 0;
   rejected_ = false;
   rejection_ = Outcome();
   error_body_.clear();
@@ -113,6 +116,42 @@ void HttpTransfer::OnHeader(std::string_view line) {
   }
 }
 
+bool HttpTransfer::AcceptHeaders() {
+  Outcome check;
+  if (status_ == 200) {
+    // The whole object, from byte 0 (what GCS sends for gzip-transcoded objects): keep only
+    // the attempt's range.
+    check = CheckWholeObjectAnswer(setup_.range, content_length_);
+    skip_ = setup_.range.first;
+    if (check.verdict == Verdict::kSuccess) setup_.stats->AddWholeObjectAnswer();
+  } else {
+    check = CheckSuccessHeaders(status_, setup_.range, content_range_, content_length_);
+    if (check.cause == "beyond_end") {
+      // The object ends inside this attempt: keep the bytes up to its end, so that only the
+      // requests reaching past it fail (not the neighbours coalesced into the same GET).
+      const ContentRange cr = ParseContentRange(content_range_);
+      object_size_ = cr.total;
+      want_ = cr.total - setup_.range.first;
+      check = Outcome();
+    }
+  }
+  if (check.verdict == Verdict::kSuccess && setup_.pin != nullptr && generation_ > 0) {
+    // The first answer naming a generation pins the object for the whole batch.
+    int64_t pinned = 0;
+    if (!setup_.pin->compare_exchange_strong(pinned, generation_)) {
+      check = CheckGeneration(pinned, generation_);
+    }
+  }
+  if (check.verdict != Verdict::kSuccess) {
+    check.status = status_;
+    rejected_ = true;
+    rejection_ = std::move(check);
+    return false;
+  }
+  headers_checked_ = true;
+  return true;
+}
+
 size_t HttpTransfer::OnBody(const char* data, size_t n) {
   last_activity_ = std::chrono::steady_clock::now();
   if (setup_.cancelled->load(std::memory_order_relaxed)) {
@@ -126,30 +165,36 @@ size_t HttpTransfer::OnBody(const char* data, size_t n) {
     error_body_.append(data, keep);
     return n;
   }
-  if (!headers_checked_) {
-    Outcome check = CheckSuccessHeaders(status_, setup_.range, content_range_, content_length_);
-    if (check.verdict != Verdict::kSuccess) {
-      rejected_ = true;
-      rejection_ = std::move(check);
-      return 0;
-    }
-    headers_checked_ = true;
+  if (!headers_checked_ && !AcceptHeaders()) return 0;
+  size_t skipped = 0;
+  if (skip_ > 0) {
+    skipped = static_cast<size_t>(std::min<uint64_t>(n, skip_));
+    skip_ -= skipped;
+    setup_.stats->AddBytesDiscarded(skipped);
+    if (skipped == n) return n;
   }
-  const uint64_t room = setup_.range.length - received_;
-  const size_t take = static_cast<size_t>(std::min<uint64_t>(n, room));
-  setup_.writer->Write(setup_.body_pos + received_, reinterpret_cast<const uint8_t*>(data), take);
+  const size_t avail = n - skipped;
+  const size_t take = static_cast<size_t>(std::min<uint64_t>(avail, wanted()));
+  setup_.writer->Write(setup_.body_pos + received_,
+                       reinterpret_cast<const uint8_t*>(data + skipped), take);
   received_ += take;
   setup_.stats->AddBytesReceived(take);
-  if (take < n) {
-    rejected_ = true;
-    rejection_.verdict = Verdict::kRetry;
-    rejection_.cause = "long_body";
-    rejection_.status = status_;
-    rejection_.message = "HTTP " + std::to_string(status_) + " body is longer than the " +
-                         std::to_string(setup_.range.length) + " bytes requested";
+  if (take == avail) return n;
+  if (status_ == 200) {
+    // The range is complete; the rest of the whole-object body is not needed.
+    setup_.stats->AddBytesDiscarded(avail - take);
     return 0;
   }
-  return n;
+  // A 206 longer than its own Content-Range: nothing of it can be trusted, so none of it
+  // counts and the retry asks for the same bytes again (never an empty or inverted range).
+  received_ = 0;
+  rejected_ = true;
+  rejection_.verdict = Verdict::kRetry;
+  rejection_.cause = "long_body";
+  rejection_.status = status_;
+  rejection_.message = "HTTP " + std::to_string(status_) + " body is longer than the " +
+                       std::to_string(setup_.range.length) + " bytes requested";
+  return 0;
 }
 
 Outcome HttpTransfer::Finish(CURLcode code, std::string_view bucket, std::string_view object,
@@ -160,29 +205,43 @@ Outcome HttpTransfer::Finish(CURLcode code, std::string_view bucket, std::string
     return o;
   }
   if (rejected_) return rejection_;
+  Outcome ok;
+  ok.status = status_;
+  ok.object_size = object_size_;
+  // Every wanted byte arrived and was checked: a transport error after that (or the refused,
+  // unneeded rest of a 200) changes nothing, and a retry would ask for an empty range.
+  if (headers_checked_ && received_ == want_) return ok;
   if (code != CURLE_OK) {
-    Outcome o = TransportOutcome(code, errbuf_);
+    Outcome o = TransportOutcome(code, RedactCredentials(errbuf_, setup_.bearer_token));
     o.status = status_;
     return o;
   }
   if (status_ < 200 || status_ >= 300) {
-    return StatusOutcome(status_, error_body_, bucket, object, credential);
+    // A server may echo request headers: the token never reaches a message.
+    return StatusOutcome(status_, RedactCredentials(error_body_, setup_.bearer_token), bucket,
+                         object, credential, setup_.sent_generation);
   }
-  if (!headers_checked_) {
-    Outcome check = CheckSuccessHeaders(status_, setup_.range, content_range_, content_length_);
-    if (check.verdict != Verdict::kSuccess) return check;
-  }
-  if (received_ < setup_.range.length) {
+  if (!headers_checked_ && !AcceptHeaders()) return rejection_;
+  if (received_ < want_) {
     Outcome o;
+    o.status = status_;
+    if (status_ == 200 && code == CURLE_OK) {
+      // A complete whole-object body that ends before the range does: retrying cannot help.
+      o.verdict = Verdict::kFail;
+      o.cause = "range_not_honoured";
+      const uint64_t object_bytes = setup_.range.first - skip_ + received_;
+      o.message = "range not honoured: HTTP 200 answered the whole object, which ended after " +
+                  std::to_string(object_bytes) +
+                  " bytes, before bytes=" + std::to_string(setup_.range.first) + "-" +
+                  std::to_string(setup_.range.first + setup_.range.length - 1) + " was complete";
+      return o;
+    }
     o.verdict = Verdict::kRetry;
     o.cause = "short_body";
-    o.status = status_;
     o.message = "HTTP " + std::to_string(status_) + " body ended after " +
-                std::to_string(received_) + " of " + std::to_string(setup_.range.length) + " bytes";
+                std::to_string(received_) + " of " + std::to_string(want_) + " bytes";
     return o;
   }
-  Outcome ok;
-  ok.status = status_;
   return ok;
 }
 

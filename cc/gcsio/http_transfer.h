@@ -27,6 +27,9 @@ struct AttemptSetup {
   ScatterWriter* writer = nullptr;
   const std::atomic<bool>* cancelled = nullptr;
   ReadStats* stats = nullptr;
+  // The object's generation pin, shared by every GET of it in the batch (see Batch::pin_of).
+  std::atomic<int64_t>* pin = nullptr;
+  int64_t sent_generation = 0;  // the generation= this GET's URL carries, 0 if none
 };
 
 class HttpTransfer {
@@ -52,6 +55,8 @@ class HttpTransfer {
   std::chrono::steady_clock::time_point last_activity() const { return last_activity_; }
   // x-goog-generation of the answer, 0 if absent.
   int64_t generation() const { return generation_; }
+  // The object's size when a 206 ended at the object's end before the attempt's end, else 0.
+  uint64_t object_size() const { return object_size_; }
   long new_connections() const;
   double total_time_s() const;
   double ttfb_s() const;
@@ -61,6 +66,11 @@ class HttpTransfer {
   static size_t BodyThunk(char* data, size_t size, size_t count, void* self);
   void OnHeader(std::string_view line);
   size_t OnBody(const char* data, size_t n);
+  // Validates status, headers and generation before the first body byte is accepted; false
+  // (with rejection_ set) refuses the answer.
+  bool AcceptHeaders();
+  // Bytes this attempt still wants.
+  uint64_t wanted() const { return want_ - received_; }
 
   CURL* easy_;
   curl_slist* headers_ = nullptr;
@@ -71,6 +81,9 @@ class HttpTransfer {
   int64_t content_length_ = -1;
   int64_t generation_ = 0;
   bool headers_checked_ = false;
+  uint64_t want_ = 0;         // bytes this attempt keeps (range.length, less past the end)
+  uint64_t object_size_ = 0;  // see object_size()
+  uint64_t skip_ = 0;         // body bytes still to discard (200 whole-object answers)
   bool rejected_ = false;
   Outcome rejection_;
   std::string error_body_;

@@ -88,9 +88,10 @@ ParsedRequests ParseRequests(PyObject* requests) {
   for (Py_ssize_t k = 0; k < n; ++k) {
     const size_t i = static_cast<size_t>(k);
     PyObject* item = items[k];
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 5) {
-      throw py::type_error("request " + std::to_string(i) +
-                           " must be a RangeRequest(bucket, object, offset, length, dest)");
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 5 || PyTuple_GET_SIZE(item) > 6) {
+      throw py::type_error(
+          "request " + std::to_string(i) +
+          " must be a RangeRequest(bucket, object, offset, length, dest[, generation])");
     }
     std::string bucket = Utf8(PyTuple_GET_ITEM(item, 0), i, "bucket");
     std::string object = Utf8(PyTuple_GET_ITEM(item, 1), i, "object");
@@ -110,11 +111,26 @@ ParsedRequests ParseRequests(PyObject* requests) {
                             std::to_string(view.len) + " bytes, expected " +
                             std::to_string(length));
     }
+    int64_t generation = 0;
+    if (PyTuple_GET_SIZE(item) == 6 && PyTuple_GET_ITEM(item, 5) != Py_None) {
+      generation = NonNegative(PyTuple_GET_ITEM(item, 5), i, "generation");
+    }
     std::string key = bucket;
     key.push_back('\0');
     key += object;
     auto [it, inserted] = ids.emplace(std::move(key), static_cast<uint32_t>(out.objects.size()));
-    if (inserted) out.objects.push_back(ObjectRef{std::move(bucket), std::move(object)});
+    if (inserted) {
+      out.objects.push_back(ObjectRef{std::move(bucket), std::move(object), generation});
+    } else if (generation > 0) {
+      ObjectRef& known = out.objects[it->second];
+      if (known.generation > 0 && known.generation != generation) {
+        throw py::value_error(Describe(i, bucket, object, offset, length) + ": generation " +
+                              std::to_string(generation) + " differs from generation " +
+                              std::to_string(known.generation) +
+                              " given for the same object by an earlier request");
+      }
+      known.generation = generation;
+    }
     out.ranges.push_back(
         RangeSpec{it->second, static_cast<uint64_t>(offset), static_cast<uint64_t>(length)});
     out.dests.push_back(held->data());

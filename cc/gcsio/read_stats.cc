@@ -51,6 +51,8 @@ StatsSnapshot ReadStats::Snapshot() const {
   s.failures = failures_.load();
   s.connections_opened = connections_opened_.load();
   s.connections_reused = connections_reused_.load();
+  s.whole_object_answers = whole_object_answers_.load();
+  s.bytes_discarded = bytes_discarded_.load();
   std::vector<double> latency, ttfb;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -75,6 +77,8 @@ void ReadStats::Reset() {
   failures_ = 0;
   connections_opened_ = 0;
   connections_reused_ = 0;
+  whole_object_answers_ = 0;
+  bytes_discarded_ = 0;
   std::lock_guard<std::mutex> lock(mu_);
   retries_by_cause_.clear();
   latency_.clear();

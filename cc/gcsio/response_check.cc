@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 
@@ -22,14 +23,25 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
-// Keeps printable ASCII of a server's error body, shortened, for messages.
+// Keeps printable ASCII of a server's error body, tokens redacted, shortened, for messages.
 std::string Snippet(std::string_view body) {
   std::string out;
-  for (char c : body.substr(0, 300)) {
+  // Redact before cutting, so a token cut in half at the limit is not left behind.
+  for (char c : RedactCredentials(body, "")) {
     out.push_back(std::isprint(static_cast<unsigned char>(c)) ? c : ' ');
   }
-  std::string_view trimmed = Trim(out);
-  return std::string(trimmed);
+  return std::string(Trim(std::string_view(out).substr(0, 300)));
+}
+
+bool IsSpace(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
+
+bool StartsWithBearer(std::string_view s) {
+  static constexpr std::string_view kBearer = "bearer";
+  if (s.size() <= kBearer.size()) return false;
+  for (size_t i = 0; i < kBearer.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[i])) != kBearer[i]) return false;
+  }
+  return IsSpace(s[kBearer.size()]);
 }
 
 Outcome Make(Verdict v, std::string cause, long status, std::string message) {
@@ -114,6 +126,56 @@ Outcome CheckSuccessHeaders(long status, const AttemptRange& range, std::string_
   return Make(Verdict::kSuccess, "", status, "");
 }
 
+Outcome CheckWholeObjectAnswer(const AttemptRange& range, int64_t content_length) {
+  if (content_length >= 0 && static_cast<uint64_t>(content_length) < range.first + range.length) {
+    return Make(Verdict::kFail, "range_not_honoured", 200,
+                "range not honoured: HTTP 200 answered the whole object (" +
+                    std::to_string(content_length) + " bytes) for " + RangeText(range) +
+                    ", which reaches past its end");
+  }
+  return Make(Verdict::kSuccess, "", 200, "");
+}
+
+Outcome CheckGeneration(int64_t pinned, int64_t seen) {
+  if (pinned <= 0 || seen <= 0 || pinned == seen) return Make(Verdict::kSuccess, "", 0, "");
+  Outcome o = Make(Verdict::kFail, kGenerationChanged, 0,
+                   "object changed during read: the server answered with generation " +
+                       std::to_string(seen) + ", but this read is pinned to generation " +
+                       std::to_string(pinned));
+  o.pinned_generation = pinned;
+  o.seen_generation = seen;
+  return o;
+}
+
+std::string RedactCredentials(std::string_view text, std::string_view secret) {
+  static constexpr std::string_view kRedacted = "<redacted>";
+  std::string out;
+  out.reserve(text.size());
+  size_t i = 0;
+  while (i < text.size()) {
+    std::string_view rest = text.substr(i);
+    // The secret, or (when the body was cut short) a tail of text that starts it.
+    const bool cut_secret =
+        rest.size() >= 4 && rest.size() < secret.size() && secret.substr(0, rest.size()) == rest;
+    if (!secret.empty() && (rest.substr(0, secret.size()) == secret || cut_secret)) {
+      out += kRedacted;
+      i += std::min(secret.size(), rest.size());
+    } else if (StartsWithBearer(rest) &&
+               (i == 0 || !std::isalnum(static_cast<unsigned char>(text[i - 1])))) {
+      size_t j = 6;
+      while (j < rest.size() && IsSpace(rest[j])) ++j;
+      out.append(rest.substr(0, j));
+      if (j < rest.size()) out += kRedacted;
+      while (j < rest.size() && !IsSpace(rest[j])) ++j;
+      i += j;
+    } else {
+      out.push_back(text[i]);
+      ++i;
+    }
+  }
+  return out;
+}
+
 Outcome TransportOutcome(int curl_code, std::string_view detail) {
   const std::string text = std::string(curl_easy_strerror(static_cast<CURLcode>(curl_code))) +
                            (detail.empty() ? "" : " (" + std::string(detail) + ")");
@@ -140,12 +202,27 @@ Outcome TransportOutcome(int curl_code, std::string_view detail) {
 }
 
 Outcome StatusOutcome(long status, std::string_view body, std::string_view bucket,
-                      std::string_view object, std::string_view credential) {
+                      std::string_view object, std::string_view credential,
+                      int64_t pinned_generation) {
   const std::string snippet = Snippet(body);
   const std::string tail = snippet.empty() ? "" : ": " + snippet;
   const std::string code = "HTTP " + std::to_string(status);
   const std::string cause = "http_" + std::to_string(status);
   if (IsRetryableStatus(status)) return Make(Verdict::kRetry, cause, status, code + tail);
+  if (pinned_generation > 0 && (status == 404 || status == 412)) {
+    // The GET named the generation this read is pinned to: the object was replaced (or
+    // deleted) since, which is not "it never existed".
+    Outcome o = Make(Verdict::kFail, kGenerationChanged, status,
+                     "object changed during read: generation " + std::to_string(pinned_generation) +
+                         " is no longer the object's (" + code +
+                         (status == 412 ? " precondition failed" : " not found") + ")" + tail);
+    o.pinned_generation = pinned_generation;
+    return o;
+  }
+  if (status == 412) {
+    return Make(Verdict::kFail, kGenerationChanged, status,
+                code + " precondition failed: the object changed during the read" + tail);
+  }
   if (status == 404) {
     return Make(Verdict::kFail, cause, status,
                 code + " not found: bucket '" + std::string(bucket) + "' or object '" +

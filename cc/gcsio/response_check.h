@@ -16,7 +16,17 @@ struct Outcome {
   std::string cause;    // short key for retries_by_cause, e.g. "http_503", "stall", "short_body"
   long status = 0;      // HTTP status, 0 when none arrived
   std::string message;  // human-readable detail (never contains credentials)
+  // cause "generation_changed": the generation the read is pinned to and the one the server
+  // answered with (0 when unknown).
+  int64_t pinned_generation = 0;
+  int64_t seen_generation = 0;
+  // A 206 that ended at the object's end before the attempt's end: the object's size (bytes),
+  // else 0. The bytes up to it were delivered; only ranges reaching past it fail.
+  uint64_t object_size = 0;
 };
+
+// The cause of every failure that means "the object was replaced while it was being read".
+inline constexpr const char* kGenerationChanged = "generation_changed";
 
 struct ContentRange {
   bool valid = false;
@@ -44,13 +54,30 @@ struct AttemptRange {
 Outcome CheckSuccessHeaders(long status, const AttemptRange& range, std::string_view content_range,
                             int64_t content_length);
 
+// A 200 (whole object) answer to a ranged GET, as GCS sends for gzip-transcoded objects: kSuccess
+// when the body can hold the range (the reader skips to range.first and keeps range.length
+// bytes), else kFail ("range not honoured"). `content_length` < 0: unknown (chunked).
+Outcome CheckWholeObjectAnswer(const AttemptRange& range, int64_t content_length);
+
+// Verdict when an answer carries x-goog-generation `seen` (> 0) and the read is pinned to
+// `pinned` (> 0): kSuccess when equal, else kFail with cause kGenerationChanged.
+Outcome CheckGeneration(int64_t pinned, int64_t seen);
+
+// `text` with every occurrence of `secret` (when not empty; also a start of it cut off at the
+// end of `text`) and every "Bearer <token>" replaced by "<redacted>", so server bodies that
+// echo request headers never carry a token into errors.
+std::string RedactCredentials(std::string_view text, std::string_view secret);
+
 // Verdict for a libcurl error code (`curl_code` != CURLE_OK); `detail` is libcurl's message.
 Outcome TransportOutcome(int curl_code, std::string_view detail);
 
-// Verdict for a non-2xx status. `body` is the start of the answer body (for the message).
-// 404: names bucket and object. 401/403: names the credential and says permission was denied.
+// Verdict for a non-2xx status. `body` is the start of the answer body (for the message; any
+// "Bearer" token in it is redacted). 404: names bucket and object. 401/403: names the
+// credential and says permission was denied. `pinned_generation` > 0: the GET asked for that
+// generation, so 404 and 412 mean the object changed during the read (kGenerationChanged).
 Outcome StatusOutcome(long status, std::string_view body, std::string_view bucket,
-                      std::string_view object, std::string_view credential);
+                      std::string_view object, std::string_view credential,
+                      int64_t pinned_generation = 0);
 
 }  // namespace gcsio
 

@@ -8,13 +8,14 @@ how the default tuning was measured.
 
 from gcsckpt.io.auth import GoogleAuthTokenProvider, default_token_provider
 from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
-from gcsckpt.io.errors import ObjectNotFoundError, RangeReadError
+from gcsckpt.io.errors import ObjectChangedError, ObjectNotFoundError, RangeReadError
 from gcsckpt.io.reader import RangeReader, ReadHandle
 from gcsckpt.io.records import RangeRequest
 from gcsckpt.io.retry import RetryPolicy
 
 __all__ = [
     "GoogleAuthTokenProvider",
+    "ObjectChangedError",
     "ObjectNotFoundError",
     "RangeReadError",
     "RangeReader",

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from gcsckpt.io.redact import redact_value
+
+# The failure cause the engine reports when an object was replaced while it was being read.
+GENERATION_CHANGED = "generation_changed"
+
 
 def format_failure(failure: dict) -> str:
     """One line for a failed request: ``gs://b/o bytes=a-b: <error> after N attempts``."""
@@ -20,13 +25,20 @@ class RangeReadError(IOError):
     Attributes:
         failures: one dict per failed request with keys ``bucket``, ``object``, ``offset``,
             ``length`` (bytes), ``status`` (HTTP status int, or None when no answer arrived),
-            ``error`` (str, never contains credentials) and ``attempts`` (int).
+            ``error`` (str: the last cause and how far the GET got, e.g. "(16,095,232 of
+            16,777,216 bytes of GET bytes=0-16777215 received, up to offset 16,095,232)";
+            never contains credentials) and ``attempts`` (int). Failures from the engine also
+            carry ``index`` (into the submitted requests), ``cause`` (e.g.
+            ``connection_reset``, ``beyond_end``, ``generation_changed``), ``bytes_received``
+            and ``offset_reached`` (bytes, of the failed GET over all its attempts), and
+            ``pinned_generation`` / ``seen_generation`` (0 when unknown).
 
-    ``str(err)`` lists every failed request, one per line.
+    ``str(err)`` lists every failed request, one per line. Every string in ``failures`` (and so
+    in str, repr, args and pickles) has bearer tokens redacted (``gcsckpt.io.redact``).
     """
 
     def __init__(self, failures: list[dict], *, total: int | None = None):
-        self.failures = list(failures)
+        self.failures = [redact_value(dict(f)) for f in failures]
         head = f"{len(self.failures)} range request(s) failed"
         if total is not None:
             head = f"{len(self.failures)} of {total} range request(s) failed"
@@ -46,8 +58,29 @@ class ObjectNotFoundError(RangeReadError, FileNotFoundError):
     """Every failed request got HTTP 404: the bucket or the object does not exist."""
 
 
+class ObjectChangedError(RangeReadError):
+    """An object was replaced (or deleted) while it was being read: no mixed bytes were kept.
+
+    Raised when an answer's ``x-goog-generation`` differs from the generation the read is
+    pinned to, or a GET naming that generation got HTTP 404 or 412. The failures concerned
+    carry ``cause == "generation_changed"``, ``pinned_generation`` and ``seen_generation``.
+
+    Attributes:
+        changed: the failures with that cause.
+    """
+
+    @property
+    def changed(self) -> list[dict]:
+        return [f for f in self.failures if f.get("cause") == GENERATION_CHANGED]
+
+
 def make_error(failures: list[dict], total: int | None = None) -> RangeReadError:
-    """The most specific error class for ``failures`` (404-only -> ObjectNotFoundError)."""
+    """The most specific error class for ``failures``.
+
+    Any object changed during the read -> ObjectChangedError; 404-only -> ObjectNotFoundError.
+    """
+    if any(f.get("cause") == GENERATION_CHANGED for f in failures):
+        return ObjectChangedError(failures, total=total)
     if failures and all(f["status"] == 404 for f in failures):
         return ObjectNotFoundError(failures, total=total)
     return RangeReadError(failures, total=total)

@@ -34,7 +34,8 @@ class ReadHandle:
 
         Raises:
             RangeReadError: a request failed for good (after retries); the remaining work is
-                cancelled. ``ObjectNotFoundError`` when all failures are HTTP 404.
+                cancelled. ``ObjectChangedError`` when an object was replaced during the
+                read; ``ObjectNotFoundError`` when all failures are HTTP 404.
             TimeoutError: nothing completed within ``timeout_s`` seconds.
         """
         indices, failed = self._batch.next_completed(timeout_s)
@@ -60,6 +61,14 @@ class ReadHandle:
         """Stops outstanding transfers; no destination is written after this returns."""
         self._batch.cancel()
 
+    def generations(self) -> dict[tuple[str, str], int]:
+        """{(bucket, object): generation} this submit read (0: the endpoint named none).
+
+        Pass them as ``RangeRequest.generation`` to later submits to keep reading the same
+        version of each object.
+        """
+        return {(b, o): g for b, o, g in self._batch.generations()}
+
     @property
     def num_fetches(self) -> int:
         """HTTP range fetches planned (after coalescing and splitting), before retries."""
@@ -70,18 +79,16 @@ class ReadHandle:
 
     def _error(self) -> RangeReadError:
         failures = []
-        for index, status, error, attempts in self._batch.failures():
-            r = self._requests[index]
+        for f in self._batch.failures():
+            r = self._requests[f["index"]]
             failures.append(
                 {
                     "bucket": r[0],
                     "object": r[1],
                     "offset": r[2],
                     "length": r[3],
-                    "status": status or None,
-                    "error": error,
-                    "attempts": attempts,
-                    "index": index,
+                    **f,
+                    "status": f["status"] or None,
                 }
             )
         failures.sort(key=lambda f: f["index"])
@@ -97,9 +104,25 @@ class RangeReader:
     fetched by one GET and scattered into their destinations; fetches longer than
     ``chunk_bytes`` are split and fetched in parallel (a small submit is cut finer, down to
     ``min_chunk_bytes``, to fill half of ``max_inflight_requests``). Every answer is checked
-    (206 with a matching ``Content-Range``, or 200 of exactly the length for a read from byte 0,
-    and the exact byte count); failures are retried per ``retry`` (see RetryPolicy), asking
-    only for the missing bytes.
+    (206 with a matching ``Content-Range`` and the exact byte count); failures are retried per
+    ``retry`` (see RetryPolicy), asking only for the missing bytes, never an empty or inverted
+    range. A 200 with the whole object (what GCS sends for gzip-transcoded objects) gives
+    exactly the range's bytes when the body reaches that far (``stats()`` counts it in
+    ``whole_object_answers`` and ``bytes_discarded``), else fails at once as "range not
+    honoured". When a GET that coalesced several requests meets the object's end, only the
+    requests reaching past the end fail; the others are delivered. Every error says how far
+    the failed GET got (bytes received, offset reached) and names no credential.
+
+    One version per object per submit: every GET of an object in one ``submit`` (all its
+    coalesced and split parts, and their retries) reads one generation, the request's
+    ``generation`` if given, else the one the first answer names in ``x-goog-generation``.
+    Once known it is sent as ``generation=`` on every later GET of the object, and every
+    answer's ``x-goog-generation`` is checked against it. An answer with another generation,
+    or HTTP 404 / 412 for the pinned generation, fails those requests with
+    ``ObjectChangedError`` ("object changed during read", both generations when known): bytes
+    of two versions are never returned as a success. Not covered: an endpoint whose answers
+    name no generation, unless the request names one and the endpoint honours
+    ``generation=`` (GCS and ``gcsckpt.testing.LocalGCS`` do both).
 
     Args:
         endpoint: GCS endpoint; None -> ``$STORAGE_EMULATOR_HOST`` -> storage.googleapis.com.
@@ -221,6 +244,7 @@ class RangeReader:
 
         Raises:
             RangeReadError: listing every request that failed for good (after retries);
+                ``ObjectChangedError`` when an object was replaced during the read;
                 ``ObjectNotFoundError`` (also a FileNotFoundError) when all failures are 404s.
         """
         self.submit(requests).wait()
@@ -231,7 +255,9 @@ class RangeReader:
         Keys: requests (HTTP attempts), bytes_received (body bytes), bytes_delivered (bytes
         written into destinations), retries, retries_by_cause (dict cause -> count, causes like
         ``http_503``, ``connection_reset``, ``stall``, ``short_body``, ``bad_content_range``),
-        failures, connections_opened, connections_reused (attempts on an open connection),
+        failures, whole_object_answers (200s with the whole object for a ranged GET),
+        bytes_discarded (their bytes outside the range), connections_opened,
+        connections_reused (attempts on an open connection),
         latency_p50_s / _p90_s / _p99_s (whole successful attempts, seconds),
         ttfb_p50_s / _p90_s / _p99_s (time to first byte, seconds).
         """
@@ -260,4 +286,5 @@ class RangeReader:
 
 
 def _with_buffer(request, index: int):
-    return (request[0], request[1], request[2], request[3], as_writable_buffer(request[4], index))
+    buf = as_writable_buffer(request[4], index)
+    return (*request[:4], buf, *request[5:])

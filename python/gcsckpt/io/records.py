@@ -16,6 +16,11 @@ class RangeRequest(NamedTuple):
         dest: writable C-contiguous CPU buffer of exactly ``length`` bytes: bytearray,
             memoryview, numpy array (any dtype), or a contiguous CPU torch tensor (any dtype,
             bf16 included; its bytes are overwritten).
+        generation: the object generation to read (int > 0), or None: the generation of the
+            first answer that names one (``x-goog-generation``). Either way every GET of the
+            object in one submit asks for that generation and is checked against it (see
+            ``RangeReader``). Requests of one object in one submit must not name different
+            generations.
     """
 
     bucket: str
@@ -23,3 +28,4 @@ class RangeRequest(NamedTuple):
     offset: int
     length: int
     dest: Any
+    generation: int | None = None

@@ -46,10 +46,18 @@ def _stop_all(procs: list[ManagedProcess], cleanup_dirs: list[str]) -> None:
 class LocalGCS:
     """A GCS JSON API endpoint on 127.0.0.1, for tests and the default benchmark run.
 
-    The emulator (single-threaded, on-disk) handles uploads, metadata, listing and deletes; nginx
-    serves media reads straight from the emulator's files with keep-alive and full Range
-    semantics (206 + Content-Range, 416, suffix ranges) and proxies everything else. Numbers and
-    the layout come from shared/DESIGN.md ("Local GCS endpoint").
+    The emulator (gcp-storage-emulator, single-threaded, on-disk) handles uploads, metadata,
+    listing and deletes; nginx serves media reads straight from the emulator's files with
+    keep-alive and full Range semantics (206 + Content-Range, 416, suffix ranges) and proxies
+    everything else. nginx alone served ~2.6-2.9 GB/s for 16 parallel slices and ~20k
+    requests/s of 64 KiB here, the emulator alone 0.26-1.6 GB/s and <= 8k requests/s.
+
+    Like GCS (and unlike the bare emulator): every media answer carries ``x-goog-generation``;
+    ``generation=`` and ``ifGenerationMatch=`` on media reads answer 404 / 412 when the object's
+    generation differs; ``ifGenerationMatch`` on media, multipart and resumable uploads answers
+    412 when it does not hold (``0``: create only if absent); a later write has a larger
+    generation; an overwrite is atomic (a read sees one version whole); 0-byte uploads work.
+    See emulator_main.py and nginx_config.py for how.
 
     Args:
       data_dir: folder for objects (kept: reusing it later serves the same buckets and objects);

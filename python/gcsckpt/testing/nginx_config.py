@@ -6,6 +6,13 @@ emulator writes object O (checked for '/', '//', a leading '/', spaces, unicode,
 nginx percent-decodes the URI (so %2F becomes '/'), `merge_slashes off` keeps 'a//b' intact, and
 the kernel resolves 'a//b' and a leading '/' the same way the emulator's path normalisation does.
 Everything else goes to the emulator unchanged (the raw, still-encoded request URI).
+
+Generations (see emulator_main.py for how versions are stored): a media read with
+`generation=G` or `ifGenerationMatch=G` is served from the version's hard link
+`<data>/.generations/B/G/O` (absent: 404 for generation=, 412 for ifGenerationMatch=, as GCS
+without versioning answers); every media answer carries `x-goog-generation`, copied from
+nginx's own ETag of the file it sends (its mtime spells the generation). All of it stays in
+nginx's static module, so reads keep its speed.
 """
 
 from __future__ import annotations
@@ -23,6 +30,11 @@ PACED_CHUNK_BYTES = 256 * 1024
 # Written as one line per media read; parsed by media_log.py (tab separated).
 MEDIA_LOG_FORMAT = "$msec\\t$status\\t$body_bytes_sent\\t$request_time\\t$http_range\\t$request_uri"
 
+_PRECONDITION_BODY = (
+    '{"error":{"code":412,"message":"Precondition Failed: the object generation differs.",'
+    '"errors":[{"domain":"global","reason":"conditionNotMet","message":"Precondition Failed"}]}}'
+)
+
 _NOT_FOUND_BODY = (
     '{"error":{"code":404,"message":"No such object or bucket.",'
     '"errors":[{"domain":"global","reason":"notFound","message":"No such object or bucket."}]}}'
@@ -37,6 +49,8 @@ class NginxSettings:
       listen_port: nginx's port on 127.0.0.1.
       emulator_port: the emulator's port on 127.0.0.1.
       objects_root: absolute path of `<data>/.cloudstorage`.
+      generations_root: absolute path of `<data>/.generations` (one hard link per live version,
+        `B/G/O`); "" derives it from objects_root.
       run_dir: absolute folder for pid and temp files.
       log_dir: absolute folder for `nginx_error.log` and `nginx_media_access.log`.
       latency_s: first-byte delay added to every media read, seconds (0: none).
@@ -52,6 +66,13 @@ class NginxSettings:
     latency_s: float = 0.0
     rate_bytes_per_s: int = 0
     workers: int = 2
+    generations_root: str = ""
+
+    @property
+    def generations_dir(self) -> str:
+        return self.generations_root or os.path.join(
+            os.path.dirname(self.objects_root), ".generations"
+        )
 
     @property
     def error_log(self) -> str:
@@ -135,6 +156,16 @@ http {{
   client_max_body_size 0;
   recursive_error_pages on;
   map "$request_method:$arg_alt" $gcs_is_media {{ "GET:media" 1; "HEAD:media" 1; default ""; }}
+  # generation= / ifGenerationMatch= of a media read: digits only (anything else is a 400).
+  map $arg_generation $gcs_want_generation {{
+    "" ""; "~^[0-9]{{1,19}}$" $arg_generation; default "bad";
+  }}
+  map $arg_ifgenerationmatch $gcs_if_generation {{
+    "" ""; "~^[0-9]{{1,19}}$" $arg_ifgenerationmatch; default "bad";
+  }}
+  # The ETag nginx makes from the file it serves is "<mtime hex>-<size hex>"; the mtime's hex
+  # digits are the generation's decimal digits (see emulator_main.py).
+  map $sent_http_etag $gcs_generation {{ "~^.(?<gcs_gen>[0-9]+)-" $gcs_gen; default ""; }}
   upstream emulator {{ server 127.0.0.1:{s.emulator_port}; keepalive 16; }}
   server {{
     listen 127.0.0.1:{s.listen_port} backlog=4096;
@@ -148,8 +179,39 @@ http {{
       access_log {_quoted(s.media_log)} gcs_media;
       {delay_check}
       {rate}
+      add_header x-goog-generation $gcs_generation;
       error_page 404 = @not_found;
+      error_page 419 = @media_generation;
+      error_page 420 = @media_if_generation;
+      if ($gcs_want_generation = bad) {{ return 400; }}
+      if ($gcs_if_generation = bad) {{ return 400; }}
+      if ($gcs_want_generation) {{ return 419; }}
+      if ($gcs_if_generation) {{ return 420; }}
       try_files /$gcs_bucket/$gcs_object =404;
+    }}
+    location @media_generation {{
+      root {_quoted(s.generations_dir)};
+      access_log {_quoted(s.media_log)} gcs_media;
+      {delay_check}
+      {rate}
+      add_header x-goog-generation $gcs_generation;
+      error_page 404 = @not_found;
+      try_files /$gcs_bucket/$gcs_want_generation/$gcs_object =404;
+    }}
+    location @media_if_generation {{
+      root {_quoted(s.generations_dir)};
+      access_log {_quoted(s.media_log)} gcs_media;
+      {delay_check}
+      {rate}
+      add_header x-goog-generation $gcs_generation;
+      error_page 404 = @not_found;
+      error_page 412 = @precondition_failed;
+      try_files /$gcs_bucket/$gcs_if_generation/$gcs_object =412;
+    }}
+    location @precondition_failed {{
+      access_log {_quoted(s.media_log)} gcs_media;
+      default_type application/json;
+      return 412 '{_PRECONDITION_BODY}';
     }}
     {delay_location}
     location @not_found {{
