@@ -60,7 +60,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="without --bucket: where the local endpoint keeps its objects (reused on restart)",
     )
     parser.add_argument("--prefix", default="run", help="without --bucket: checkpoint prefix")
-    parser.add_argument("--nproc", type=int, default=4, help="ranks when not started by torchrun")
+    # Not --nproc: torchrun's parser would take it for an abbreviation of its --nproc-per-node.
+    parser.add_argument("--ranks", type=int, default=4, help="ranks when not started by torchrun")
     parser.add_argument(
         "--compare_sync_save",
         action="store_true",
@@ -257,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
             "-m",
             "torch.distributed.run",
             "--standalone",
-            f"--nproc-per-node={args.nproc}",
+            f"--nproc-per-node={args.ranks}",
         ]
         raise SystemExit(subprocess.call(command + [os.path.abspath(__file__)] + sys.argv[1:]))
     train(args)
