@@ -50,6 +50,12 @@ print(pybind11.get_include())
 print(sys.version.split()[0])
 """
 
+_TAGS_PROBE = """
+import sys, sysconfig
+print("cp%d%d" % sys.version_info[:2])
+print(sysconfig.get_platform().replace("-", "_").replace(".", "_"))
+"""
+
 def _local_python_impl(repository_ctx):
     interpreter = repository_ctx.os.environ.get("PYTHON_BIN_PATH", "")
     if not interpreter:
@@ -68,6 +74,16 @@ def _local_python_impl(repository_ctx):
     repository_ctx.symlink(pybind11_include, "pybind11_include")
     repository_ctx.file("WORKSPACE", 'workspace(name = "%s")\n' % repository_ctx.name)
     repository_ctx.file("BUILD", _BUILD.format(interpreter = exec_interpreter))
+
+    # Wheel tags of this interpreter (e.g. cp311, linux_x86_64), for //:wheel's file name.
+    tags = repository_ctx.execute([interpreter, "-c", _TAGS_PROBE])
+    if tags.return_code != 0:
+        fail("PYTHON_BIN_PATH=%s: cannot read its wheel tags:\n%s" % (interpreter, tags.stderr))
+    python_tag, platform_tag = tags.stdout.strip().split("\n")
+    repository_ctx.file("wheel_tags.bzl", 'PYTHON_TAG = "%s"\nPLATFORM_TAG = "%s"\n' % (
+        python_tag,
+        platform_tag,
+    ))
 
 local_python = repository_rule(
     implementation = _local_python_impl,

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import _gcsio
-
 from gcsckpt.io import defaults
 from gcsckpt.io.auth import default_token_provider
 from gcsckpt.io.buffers import as_writable_buffer
 from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
 from gcsckpt.io.errors import RangeReadError, make_error
+from gcsckpt.io.extension import _gcsio
 from gcsckpt.io.records import RangeRequest
 from gcsckpt.io.retry import RetryPolicy
 
