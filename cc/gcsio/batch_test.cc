@@ -14,6 +14,14 @@
 namespace gcsio {
 namespace {
 
+RequestFailure Failure(long status, const std::string& error, int attempts) {
+  RequestFailure failure;
+  failure.status = status;
+  failure.error = error;
+  failure.attempts = attempts;
+  return failure;
+}
+
 // Request 0: 30 bytes of object 0, split into fetches 0, 1, 2 (chunk 10); request 1: zero
 // length; request 2: 10 bytes of object 1 (fetch 3).
 class BatchTest : public ::testing::Test {
@@ -90,8 +98,8 @@ TEST_F(BatchTest, FetchStateWritersFillTheDestinations) {
 }
 
 TEST_F(BatchTest, AFailedRequestIsReportedOnceAndStopsProgress) {
-  batch_.FetchFailed(0, 503, "HTTP 503 after 6 attempts", 6);
-  batch_.FetchFailed(1, 0, "connection reset", 6);  // same request: not reported again
+  batch_.FetchFailed(0, Failure(503, "HTTP 503 after 6 attempts", 6));
+  batch_.FetchFailed(1, Failure(0, "connection reset", 6));  // same request: not reported again
   batch_.FetchSucceeded(2);
   batch_.FetchSucceeded(3);
   const std::vector<RequestFailure> failures = batch_.Failures();
