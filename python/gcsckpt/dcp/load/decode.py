@@ -53,50 +53,46 @@ class Decoder:
             CheckpointReadError: the bytes do not decode, or the region's shape differs from
                 the target's (naming object, byte range and FQN).
         """
+        stats, planner, item = self.stats, self.planner, fetch.item
+        began = time.perf_counter()
         try:
-            self._consume(fetch, data)
+            if fetch.target is not None:
+                planner.commit_tensor(item, fetch.target)
+                stats.copy_s += time.perf_counter() - began
+                return
+            if fetch.descriptors:
+                data = self._untransform(fetch, data)
+            kind = fetch.kind
+            if kind is FetchKind.BYTES:
+                planner.load_bytes(item, io.BytesIO(data.numpy().tobytes()))
+                stats.deserialize_s += time.perf_counter() - began
+                return
+            # The stored region the item asks for (a view of `data` where possible).
+            if kind is FetchKind.TORCH_SAVE:
+                tensor = tensor_from_torch_save(data)
+                tensor = narrow_block(tensor, item.storage_offsets, item.lengths)
+            elif fetch.length:
+                tensor = data.view(fetch.dtype).view(fetch.shape)
+                if fetch.narrow is not None:
+                    tensor = narrow_block(tensor, *fetch.narrow)
+            else:
+                tensor = torch.empty(fetch.shape, dtype=fetch.dtype)
+            decoded = time.perf_counter()
+            stats.deserialize_s += decoded - began
+            target = planner.resolve_tensor(item).detach()
+            if target.shape != tensor.shape:
+                raise ValueError(
+                    f"stored region has shape {tuple(tensor.shape)}, target expects"
+                    f" {tuple(target.shape)}"
+                )
+            target.copy_(tensor)
+            planner.commit_tensor(item, target)
+            stats.copy_s += time.perf_counter() - decoded
         except CheckpointReadError:
             raise
         except Exception as e:
-            cause = f"FQN {fetch.item.storage_index.fqn!r}: {e}"
+            cause = f"FQN {item.storage_index.fqn!r}: {e}"
             raise self.errors.at(*fetch.where(), cause) from e
-
-    def _consume(self, fetch: Fetch, data: torch.Tensor | None) -> None:
-        stats, planner, item = self.stats, self.planner, fetch.item
-        began = time.perf_counter()
-        if fetch.target is not None:
-            planner.commit_tensor(item, fetch.target)
-            stats.copy_s += time.perf_counter() - began
-            return
-        if fetch.descriptors:
-            data = self._untransform(fetch, data)
-        if fetch.kind is FetchKind.BYTES:
-            planner.load_bytes(item, io.BytesIO(data.numpy().tobytes()))
-            stats.deserialize_s += time.perf_counter() - began
-            return
-        tensor = self._tensor(fetch, data)
-        decoded = time.perf_counter()
-        stats.deserialize_s += decoded - began
-        target = planner.resolve_tensor(item).detach()
-        if target.shape != tensor.shape:
-            raise ValueError(
-                f"stored region has shape {tuple(tensor.shape)}, target expects"
-                f" {tuple(target.shape)}"
-            )
-        target.copy_(tensor)
-        planner.commit_tensor(item, target)
-        stats.copy_s += time.perf_counter() - decoded
-
-    def _tensor(self, fetch: Fetch, data: torch.Tensor) -> torch.Tensor:
-        """The stored region the item asks for (a view of `data` where possible)."""
-        item = fetch.item
-        if fetch.kind is FetchKind.TORCH_SAVE:
-            tensor = tensor_from_torch_save(data)
-            return narrow_block(tensor, item.storage_offsets, item.lengths)
-        if not fetch.length:
-            return torch.empty(fetch.shape, dtype=fetch.dtype)
-        tensor = data.view(fetch.dtype).view(fetch.shape)
-        return tensor if fetch.narrow is None else narrow_block(tensor, *fetch.narrow)
 
     def _untransform(self, fetch: Fetch, data: torch.Tensor) -> torch.Tensor:
         stream = self.transforms.transform_load_stream(

@@ -124,7 +124,7 @@ def make_windows(fetches: Sequence[Fetch], window_bytes: int) -> list[Window]:
     slots: list[int] = []
     used = 0
     for fetch in fetches:
-        if not fetch.buffered:
+        if fetch.target is not None or fetch.length == 0:  # needs no buffer
             current.append(fetch)
             slots.append(-1)
             continue

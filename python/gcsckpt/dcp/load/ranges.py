@@ -47,9 +47,11 @@ class CheckpointRanges:
         return self._reader.submit(self._requests(ranges))
 
     def _requests(self, ranges: Iterable[Range]) -> list[RangeRequest]:
-        bucket, name = self._location.bucket, self._location.object_name
+        # Same names as CheckpointLocation.object_name, spelled inline: one per ReadItem.
+        bucket, prefix = self._location.bucket, self._location.prefix
+        prefix = f"{prefix}/" if prefix else ""
         requests = [
-            RangeRequest(bucket, name(path), offset, length, dest)
+            RangeRequest(bucket, prefix + path, offset, length, dest)
             for path, offset, length, dest in ranges
         ]
         self._stats.ranges += len(requests)
