@@ -18,9 +18,11 @@ from torch.distributed.checkpoint.filesystem import SerializationFormat, _Storag
 from torch.distributed.checkpoint.metadata import Metadata
 
 from gcsckpt.dcp import UnsafeMetadataError
+from gcsckpt.dcp.load.fetch import ALIGN, Fetch, FetchKind
+from gcsckpt.dcp.load.plan import make_windows
+from gcsckpt.dcp.load.regions import contiguous_region
 from gcsckpt.dcp.metadata_codec import dump_metadata, load_metadata
 from gcsckpt.dcp.paths import check_relative_path, is_gcs_checkpoint_id, parse_checkpoint_id
-from gcsckpt.dcp.read_plan import ALIGN, Fetch, contiguous_region, make_windows
 from gcsckpt.dcp.safetensors_blob import encode_header, header_length, parse_header
 from gcsckpt.dcp.torch_save_view import tensor_from_torch_save
 
@@ -396,13 +398,13 @@ def test_contiguous_region_matches_brute_force(sizes, offsets, lengths):
 
 def test_windows_bound_buffer_bytes_and_align_slots():
     lengths = [100, 5000, 3, 70000, 64, 200000, 1]
-    fetches = [Fetch("o", i * 1000, n, None, 1) for i, n in enumerate(lengths)]
+    fetches = [Fetch("o", i * 1000, n, None, FetchKind.TORCH_SAVE) for i, n in enumerate(lengths)]
     windows = make_windows(fetches, 80000)
     assert [f for w in windows for f in w.fetches] == fetches
     for window in windows:
         assert window.buffer_bytes <= 80000 or len(window.fetches) == 1
-        for f in window.fetches:
-            assert f.slot % ALIGN == 0 and f.slot + f.length <= window.buffer_bytes
+        for f, slot in zip(window.fetches, window.slots, strict=True):
+            assert slot % ALIGN == 0 and slot + f.length <= window.buffer_bytes
 
 
 # -- GCSLoadPlanner --------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ Usage::
     print(reader.load_stats)
 """
 
-from gcsckpt.dcp.load_stats import CheckpointReadError, LoadStats
+from gcsckpt.dcp.load.errors import CheckpointReadError
+from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import UnsafeMetadataError
 from gcsckpt.dcp.objects import ObjectStore, ObjectStoreError
 from gcsckpt.dcp.planner import GCSLoadPlanner

@@ -112,3 +112,8 @@ class GCSCheckpointId:
     def validate_checkpoint_id(cls, checkpoint_id: str | os.PathLike) -> bool:
         """True for ids of the form `gs://bucket[/prefix]`."""
         return is_gcs_checkpoint_id(checkpoint_id)
+
+
+# The checkpoint's global metadata object (torch's FileSystemWriter layout); rank-local metadata
+# is `__{rank}.metadata`.
+METADATA_NAME = ".metadata"

@@ -1,33 +1,12 @@
-"""Per-load counters of GCSStorageReader, and the one error type a failed load raises."""
+"""LoadStats: what one `GCSStorageReader.read_data` call did, counted by each load step.
+
+In: increments from `plan` (via the reader), `ranges`, `pipeline` and `decode`. Out: the record
+the reader exposes as `load_stats` (and `as_dict` for publishers).
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-
-
-class CheckpointReadError(IOError):
-    """A DCP load from GCS failed; the message names rank, gs:// object, byte range and cause.
-
-    Attributes:
-        rank: the rank that failed. failures: list of dicts (bucket, object, offset, length,
-            cause) for every failed byte range known.
-    """
-
-    def __init__(self, rank: int, failures: list[dict], summary: str = "") -> None:
-        self.rank = rank
-        self.failures = failures
-        self.summary = summary
-        lines = [
-            f"gs://{f['bucket']}/{f['object']} bytes={f['offset']}-{f['offset'] + f['length'] - 1}"
-            f": {f['cause']}"
-            for f in failures
-        ]
-        head = f"rank {rank}: checkpoint load failed" + (f" ({summary})" if summary else "")
-        super().__init__(head + ": " + "; ".join(lines))
-
-    def __reduce__(self):
-        # DCP pickles a failed rank's exception to every rank; rebuild it from its fields.
-        return (type(self), (self.rank, self.failures, self.summary))
 
 
 @dataclass

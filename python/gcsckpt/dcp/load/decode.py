@@ -1,0 +1,101 @@
+"""Decoding fetched bytes and handing them to the LoadPlanner.
+
+In: one Fetch and its bytes (a 1-D uint8 CPU tensor, or None when a direct fetch already put
+them in `fetch.target`). Out: for BYTES, `planner.load_bytes(item, BytesIO)`; for tensors, the
+stored region copied into `planner.resolve_tensor(item)` and `planner.commit_tensor` called.
+Stream transforms (torch DCP `_extensions`, e.g. ZStandard) are undone first through torch's
+`_StorageReaderTransforms`. TORCH_SAVE archives decode through `gcsckpt.dcp.torch_save_view`
+(in place, no `torch.load` for plain tensors); RAW bytes are viewed as the fetch's dtype/shape.
+Any failure becomes a CheckpointReadError naming the object, byte range and FQN.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+
+import torch
+from torch.distributed.checkpoint.filesystem import _StorageReaderTransforms
+from torch.distributed.checkpoint.planner import LoadPlanner
+
+from gcsckpt.dcp.load.errors import CheckpointReadError, LoadErrors
+from gcsckpt.dcp.load.fetch import Fetch, FetchKind
+from gcsckpt.dcp.load.regions import narrow_block
+from gcsckpt.dcp.load.stats import LoadStats
+from gcsckpt.dcp.torch_save_view import tensor_from_torch_save
+
+
+class Decoder:
+    """Turns (Fetch, bytes) into planner calls; `consume` is the pipeline's callback.
+
+    Args:
+        planner: the load's LoadPlanner (resolve_tensor, commit_tensor, load_bytes).
+        transforms: torch's reader-side stream transforms (from the ExtensionRegistry).
+        errors: builds the error for a failed item. stats: deserialize_s and copy_s grow.
+    """
+
+    def __init__(
+        self,
+        planner: LoadPlanner,
+        transforms: _StorageReaderTransforms,
+        errors: LoadErrors,
+        stats: LoadStats,
+    ) -> None:
+        self.planner = planner
+        self.transforms = transforms
+        self.errors = errors
+        self.stats = stats
+
+    def consume(self, fetch: Fetch, data: torch.Tensor | None) -> None:
+        """Decodes one fetched item and hands it to the planner.
+
+        Raises:
+            CheckpointReadError: the bytes do not decode, or the region's shape differs from
+                the target's (naming object, byte range and FQN).
+        """
+        stats, planner, item = self.stats, self.planner, fetch.item
+        began = time.perf_counter()
+        try:
+            if fetch.target is not None:
+                planner.commit_tensor(item, fetch.target)
+                stats.copy_s += time.perf_counter() - began
+                return
+            if fetch.descriptors:
+                data = self._untransform(fetch, data)
+            kind = fetch.kind
+            if kind is FetchKind.BYTES:
+                planner.load_bytes(item, io.BytesIO(data.numpy().tobytes()))
+                stats.deserialize_s += time.perf_counter() - began
+                return
+            # The stored region the item asks for (a view of `data` where possible).
+            if kind is FetchKind.TORCH_SAVE:
+                tensor = tensor_from_torch_save(data)
+                tensor = narrow_block(tensor, item.storage_offsets, item.lengths)
+            elif fetch.length:
+                tensor = data.view(fetch.dtype).view(fetch.shape)
+                if fetch.narrow is not None:
+                    tensor = narrow_block(tensor, *fetch.narrow)
+            else:
+                tensor = torch.empty(fetch.shape, dtype=fetch.dtype)
+            decoded = time.perf_counter()
+            stats.deserialize_s += decoded - began
+            target = planner.resolve_tensor(item).detach()
+            if target.shape != tensor.shape:
+                raise ValueError(
+                    f"stored region has shape {tuple(tensor.shape)}, target expects"
+                    f" {tuple(target.shape)}"
+                )
+            target.copy_(tensor)
+            planner.commit_tensor(item, target)
+            stats.copy_s += time.perf_counter() - decoded
+        except CheckpointReadError:
+            raise
+        except Exception as e:
+            cause = f"FQN {item.storage_index.fqn!r}: {e}"
+            raise self.errors.at(*fetch.where(), cause) from e
+
+    def _untransform(self, fetch: Fetch, data: torch.Tensor) -> torch.Tensor:
+        stream = self.transforms.transform_load_stream(
+            fetch.item, fetch.descriptors, io.BytesIO(data.numpy().tobytes())
+        )
+        return torch.frombuffer(bytearray(stream.read()), dtype=torch.uint8)

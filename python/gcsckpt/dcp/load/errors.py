@@ -1,0 +1,96 @@
+"""CheckpointReadError, the one error a failed load raises, and the mapping into it.
+
+In: what went wrong where: a `gcsckpt.io.RangeReadError` (its per-request failure dicts), or a
+cause string with the object path and byte range at fault, or a ReadItem with no storage entry.
+Out: a CheckpointReadError whose message names rank, `gs://bucket/object`, byte range and cause
+(never credentials), or a ValueError naming the `.metadata` object for a missing entry.
+"""
+
+from __future__ import annotations
+
+from gcsckpt.dcp.paths import METADATA_NAME, CheckpointLocation
+from gcsckpt.io import RangeReadError
+
+
+class CheckpointReadError(IOError):
+    """A DCP load from GCS failed; the message names rank, gs:// object, byte range and cause.
+
+    Attributes:
+        rank: the rank that failed. failures: list of dicts (bucket, object, offset, length,
+            cause) for every failed byte range known.
+    """
+
+    def __init__(self, rank: int, failures: list[dict], summary: str = "") -> None:
+        self.rank = rank
+        self.failures = failures
+        self.summary = summary
+        lines = [
+            f"gs://{f['bucket']}/{f['object']} bytes={f['offset']}-{f['offset'] + f['length'] - 1}"
+            f": {f['cause']}"
+            for f in failures
+        ]
+        head = f"rank {rank}: checkpoint load failed" + (f" ({summary})" if summary else "")
+        super().__init__(head + ": " + "; ".join(lines))
+
+    def __reduce__(self):
+        # DCP pickles a failed rank's exception to every rank; rebuild it from its fields.
+        return (type(self), (self.rank, self.failures, self.summary))
+
+
+class LoadErrors:
+    """Builds the errors of one rank's load of the checkpoint at `location`.
+
+    Args:
+        location: the checkpoint (bucket and prefix); relative paths are resolved below it.
+        rank: the loading rank, named in every message.
+    """
+
+    def __init__(self, location: CheckpointLocation, rank: int) -> None:
+        self.location = location
+        self.rank = rank
+
+    def at(self, path: str, offset: int, length: int, cause: str) -> CheckpointReadError:
+        """The error for bytes [offset, offset + length) of relative object `path`."""
+        failure = dict(
+            bucket=self.location.bucket,
+            object=self.location.object_name(path),
+            offset=offset,
+            length=length,
+            cause=cause,
+        )
+        return CheckpointReadError(self.rank, [failure])
+
+    def from_range_error(self, error: RangeReadError) -> CheckpointReadError:
+        """The range reader's failed requests (bucket, object, offset, length, HTTP status,
+        error text, attempts), one failure each; its message alone if it lists none."""
+        failures = [
+            dict(
+                bucket=f.get("bucket"),
+                object=f.get("object"),
+                offset=f.get("offset", 0),
+                length=f.get("length", 0),
+                cause=_cause(f),
+            )
+            for f in getattr(error, "failures", None) or []
+        ]
+        if not failures:
+            return CheckpointReadError(self.rank, [], summary=str(error))
+        return CheckpointReadError(self.rank, failures)
+
+    def missing_entry(self, item) -> ValueError:
+        """A ReadItem whose storage index `.metadata`'s storage_data does not hold."""
+        return ValueError(
+            f"rank {self.rank}: {self.location.url(METADATA_NAME)} has no storage entry"
+            f" for {item.storage_index}"
+        )
+
+
+def _cause(failure: dict) -> str:
+    status = failure.get("status")
+    attempts = failure.get("attempts")
+    text = failure.get("error") or "failed"
+    if status is not None and f"HTTP {status}" not in text:
+        text = f"HTTP {status}: {text}"
+    if attempts:
+        text += f" after {attempts} attempt(s)"
+    return text

@@ -1,0 +1,58 @@
+"""CheckpointRanges: the load path's one door to the C++ range reader.
+
+In: byte ranges named by relative object path, as (path, offset, length, destination) with a
+writable destination buffer of `length` bytes (bytearray, numpy uint8 view, ...). Out: the same
+ranges as `gcsckpt.io.RangeRequest`s of the checkpoint's bucket, read at once (`read`) or
+submitted for completion-order consumption (`submit`); `LoadStats.ranges` counts them. Failures
+surface as `gcsckpt.io.RangeReadError`; `errors.LoadErrors` maps them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from gcsckpt.dcp.load.stats import LoadStats
+from gcsckpt.dcp.paths import CheckpointLocation
+from gcsckpt.io import RangeReader, RangeRequest, ReadHandle
+
+Range = tuple[str, int, int, Any]  # (relative path, offset, length in bytes, destination)
+
+
+class CheckpointRanges:
+    """Reads byte ranges of the objects below one checkpoint prefix.
+
+    Args:
+        reader: the range reader (a `gcsckpt.io.RangeReader`).
+        location: the checkpoint; relative paths become object names below its prefix.
+        stats: the load's counters (`ranges` grows by every range handed over).
+    """
+
+    def __init__(self, reader: RangeReader, location: CheckpointLocation, stats: LoadStats):
+        self._reader = reader
+        self._location = location
+        self._stats = stats
+
+    def read(self, ranges: Iterable[Range]) -> None:
+        """Fills every destination; returns when all are complete.
+
+        Raises:
+            RangeReadError: a range failed for good (after the reader's retries).
+        """
+        self._reader.read(self._requests(ranges))
+
+    def submit(self, ranges: Iterable[Range]) -> ReadHandle:
+        """Starts reading; the handle reports completed indices (`next_completed`) and can be
+        cancelled. Destinations must stay alive and untouched until reported or cancelled."""
+        return self._reader.submit(self._requests(ranges))
+
+    def _requests(self, ranges: Iterable[Range]) -> list[RangeRequest]:
+        # Same names as CheckpointLocation.object_name, spelled inline: one per ReadItem.
+        bucket, prefix = self._location.bucket, self._location.prefix
+        prefix = f"{prefix}/" if prefix else ""
+        requests = [
+            RangeRequest(bucket, prefix + path, offset, length, dest)
+            for path, offset, length, dest in ranges
+        ]
+        self._stats.ranges += len(requests)
+        return requests

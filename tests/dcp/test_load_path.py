@@ -1,0 +1,313 @@
+"""Unit tests of the load path's steps (gcsckpt.dcp.load) without an endpoint: plans, windows,
+the pipeline and the decoder driven over a local FileSystemWriter checkpoint, error mapping, and
+the dcp package's import graph."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import graphlib
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.filesystem import SerializationFormat, _StorageReaderTransforms
+from torch.distributed.checkpoint.metadata import MetadataIndex
+from torch.distributed.checkpoint.planner import LoadItemType, ReadItem
+
+import gcsckpt.dcp
+from gcsckpt.dcp.load.decode import Decoder
+from gcsckpt.dcp.load.errors import CheckpointReadError, LoadErrors
+from gcsckpt.dcp.load.fetch import Fetch, FetchKind
+from gcsckpt.dcp.load.pipeline import run_windows
+from gcsckpt.dcp.load.plan import make_windows, plan_fetches, sort_items
+from gcsckpt.dcp.load.stats import LoadStats
+from gcsckpt.dcp.metadata_codec import load_metadata
+from gcsckpt.dcp.paths import CheckpointLocation
+from gcsckpt.io import RangeReadError
+
+LOCATION = CheckpointLocation("bkt", "ckpt/step1")
+
+
+class _Handle:
+    """A finished submit: reports every index once (last first), then []."""
+
+    def __init__(self, count: int) -> None:
+        self.left = list(range(count))[::-1]
+        self.cancelled = False
+
+    def next_completed(self) -> list[int]:
+        done, self.left = self.left, []
+        return done
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _FileRanges:
+    """Stands in for CheckpointRanges: serves (path, offset, length, dest) from local files."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.reads: list[tuple[str, int, int]] = []
+        self.handles: list[_Handle] = []
+
+    def read(self, ranges) -> None:
+        for path, offset, length, dest in ranges:
+            data = (self.root / path).read_bytes()[offset : offset + length]
+            assert len(data) == length, f"{path} {offset}+{length} runs past the object"
+            memoryview(dest).cast("B")[:] = data
+            self.reads.append((path, offset, length))
+
+    def submit(self, ranges) -> _Handle:
+        ranges = list(ranges)
+        self.read(ranges)
+        self.handles.append(_Handle(len(ranges)))
+        return self.handles[-1]
+
+
+def _state() -> dict:
+    return {
+        "w": torch.arange(600, dtype=torch.float32).reshape(20, 30),
+        "b": torch.full((4, 4), 2.5).to(torch.bfloat16),
+        "e": torch.empty(0, 3),
+        "m": {"k": [1, 2]},
+    }
+
+
+def _blank() -> dict:
+    return {
+        "w": torch.zeros(20, 30),
+        "b": torch.zeros(4, 4, dtype=torch.bfloat16),
+        "e": torch.ones(0, 3),
+        "m": {"k": None},
+    }
+
+
+def _saved(tmp_path: Path, fmt: SerializationFormat):
+    writer = dcp.FileSystemWriter(str(tmp_path), serialization_format=fmt)
+    dcp.save(_state(), storage_writer=writer)
+    return load_metadata((tmp_path / ".metadata").read_bytes(), source=LOCATION.url(".metadata"))
+
+
+def _item(fqn: str, storage_offsets, lengths, chunk_offsets=(0, 0)) -> ReadItem:
+    index = MetadataIndex(fqn, torch.Size(chunk_offsets), 0)
+    return ReadItem(
+        type=LoadItemType.TENSOR,
+        dest_index=index,
+        dest_offsets=torch.Size([0] * len(lengths)),
+        storage_index=index,
+        storage_offsets=torch.Size(storage_offsets),
+        lengths=torch.Size(lengths),
+    )
+
+
+@pytest.mark.parametrize("fmt", list(SerializationFormat), ids=lambda f: f.name)
+def test_load_path_over_local_files(tmp_path, fmt):
+    metadata = _saved(tmp_path, fmt)
+    target = _blank()
+    planner = dcp.DefaultLoadPlanner()
+    planner.set_up_planner(target, metadata, True)
+    errors, stats, ranges = LoadErrors(LOCATION, 0), LoadStats(), _FileRanges(tmp_path)
+    items = sort_items(planner.create_local_plan().items, metadata.storage_data, errors)
+    plan = plan_fetches(items, metadata, planner.resolve_tensor, ranges, errors)
+    windows = make_windows(plan.fetches, 256)
+    decoder = Decoder(planner, _StorageReaderTransforms(None), errors, stats)
+    run_windows(windows, ranges, decoder.consume, stats)
+
+    want = _state()
+    for fqn in ("w", "b", "e"):
+        assert torch.equal(target[fqn], want[fqn])
+    assert target["m"] == {"k": [1, 2]}
+    # "e" holds no bytes: the default planner reads nothing for it.
+    assert (plan.tensor_items, plan.bytes_items, plan.objects) == (2, 1, 1)
+    assert [(f.path, f.offset) for f in plan.fetches] == sorted(
+        (f.path, f.offset) for f in plan.fetches
+    )
+    tensor_kind = FetchKind.RAW if fmt == SerializationFormat.SAFETENSORS else FetchKind.TORCH_SAVE
+    kinds = {f.item.storage_index.fqn: f.kind for f in plan.fetches}
+    assert kinds == {"w": tensor_kind, "b": tensor_kind, "m.k": FetchKind.BYTES}
+    # SAFETENSORS tensors land in their targets.
+    assert plan.direct_items == (2 if tensor_kind is FetchKind.RAW else 0)
+    # Every buffered fetch exceeds the 256-byte window: one window each (direct ones ride along).
+    assert stats.windows == len(windows) == sum(f.buffered for f in plan.fetches)
+    assert len(windows) == (1 if tensor_kind is FetchKind.RAW else 3) == len(ranges.handles)
+    assert stats.bytes_needed == sum(f.length for f in plan.fetches)
+    assert not any(h.cancelled for h in ranges.handles)
+
+
+def test_raw_regions_fetch_only_what_they_need(tmp_path):
+    metadata = _saved(tmp_path, SerializationFormat.SAFETENSORS)
+    rows = torch.zeros(3, 30)  # rows 2..4 of w: one run of bytes -> direct
+    cols = torch.zeros(20, 5)  # columns 5..9: not one run -> whole chunk, narrowed after
+    items = [_item("w", (2, 0), (3, 30)), _item("w", (0, 5), (20, 5))]
+    targets = {id(items[0]): rows, id(items[1]): cols}
+    errors, ranges = LoadErrors(LOCATION, 0), _FileRanges(tmp_path)
+    plan = plan_fetches(items, metadata, lambda item: targets[id(item)], ranges, errors)
+    by_target = {id(f.item): f for f in plan.fetches}
+    direct, narrowed = by_target[id(items[0])], by_target[id(items[1])]
+    assert (
+        direct.target.data_ptr() == rows.data_ptr()
+        and direct.length == 3 * 30 * 4
+        and direct.narrow is None
+    )
+    assert narrowed.target is None and narrowed.length == 600 * 4 and narrowed.shape == (20, 30)
+    assert narrowed.narrow == ([0, 5], [20, 5])
+    assert direct.offset == narrowed.offset + 2 * 30 * 4
+
+    class Planner:
+        def __init__(self) -> None:
+            self.committed: list[int] = []
+
+        def resolve_tensor(self, item):
+            return targets[id(item)]
+
+        def commit_tensor(self, item, tensor):
+            self.committed.append(id(item))
+
+    planner = Planner()
+    stats = LoadStats()
+    decoder = Decoder(planner, _StorageReaderTransforms(None), errors, stats)
+    run_windows(make_windows(plan.fetches, 1 << 20), ranges, decoder.consume, stats)
+    w = _state()["w"]
+    assert torch.equal(rows, w[2:5]) and torch.equal(cols, w[:, 5:10])
+    assert sorted(planner.committed) == sorted(id(i) for i in items)
+
+
+def test_blob_header_mismatch_names_object_and_range(tmp_path):
+    metadata = _saved(tmp_path, SerializationFormat.SAFETENSORS)
+    info = next(i for x, i in metadata.storage_data.items() if x.fqn == "w")
+    item = _item("w", (0, 0), (20, 30))
+    entry = metadata.state_dict_metadata["w"]
+    entry.properties.dtype = torch.int32  # same byte size, another dtype than the blob says
+    with pytest.raises(CheckpointReadError) as raised:
+        plan_fetches(
+            [item], metadata, lambda _: None, _FileRanges(tmp_path), LoadErrors(LOCATION, 3)
+        )
+    message = str(raised.value)
+    assert message.startswith("rank 3: checkpoint load failed: ")
+    assert f"gs://bkt/ckpt/step1/{info.relative_path} bytes={info.offset}-" in message
+    assert "safetensors tensor 'w' is torch.float32 (20, 30), metadata says torch.int32" in message
+
+
+def test_fetches_are_frozen():
+    fetch = Fetch("o", 0, 8, None, FetchKind.BYTES)
+    with pytest.raises(AttributeError):
+        fetch.offset = 4  # type: ignore[misc]
+    window = make_windows([fetch], 64)[0]
+    assert window.slots == (0,) and window.buffer_bytes == 64
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        window.buffer_bytes = 0  # type: ignore[misc]
+
+
+def test_pipeline_cancels_outstanding_windows_when_decoding_fails(tmp_path):
+    (tmp_path / "o").write_bytes(bytes(range(256)) * 4)
+    fetches = [Fetch("o", i * 100, 100, None, FetchKind.BYTES) for i in range(6)]
+    windows = make_windows(fetches, 128)  # one fetch per window
+    ranges = _FileRanges(tmp_path)
+    seen = []
+
+    def consume(fetch, data):
+        seen.append((fetch.offset, bytes(data.numpy())))
+        raise RuntimeError("decoder broke")
+
+    with pytest.raises(RuntimeError, match="decoder broke"):
+        run_windows(windows, ranges, consume, LoadStats())
+    assert seen == [(0, (bytes(range(256)) * 4)[:100])]
+    assert len(ranges.handles) == 2  # two windows in flight, no third started
+    assert all(h.cancelled for h in ranges.handles)
+
+
+def test_decode_failure_names_object_range_and_fqn():
+    item = _item("w", (0,), (4,), chunk_offsets=(0,))
+    fetch = Fetch("__0_0.distcp", 10, 4, item, FetchKind.TORCH_SAVE)
+    decoder = Decoder(None, _StorageReaderTransforms(None), LoadErrors(LOCATION, 1), LoadStats())
+    with pytest.raises(CheckpointReadError) as raised:
+        decoder.consume(fetch, torch.zeros(4, dtype=torch.uint8))
+    assert "rank 1: checkpoint load failed: gs://bkt/ckpt/step1/__0_0.distcp bytes=10-13:" in str(
+        raised.value
+    )
+    assert "FQN 'w': " in str(raised.value) and "torch.save archive" in str(raised.value)
+
+
+def test_range_errors_map_to_one_checkpoint_error():
+    failure = dict(
+        bucket="bkt", object="ckpt/o", offset=10, length=5, status=503, error="boom", attempts=3
+    )
+    error = LoadErrors(LOCATION, 2).from_range_error(RangeReadError([failure]))
+    text = "rank 2: checkpoint load failed: gs://bkt/ckpt/o bytes=10-14: HTTP 503: boom after 3"
+    assert str(error) == text + " attempt(s)"
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is CheckpointReadError and str(again) == str(error)
+    bare = LoadErrors(LOCATION, 0).from_range_error(RangeReadError([]))
+    assert str(bare).startswith("rank 0: checkpoint load failed (0 range request(s) failed")
+
+
+def test_missing_storage_entry_names_the_metadata():
+    item = _item("w", (0,), (4,), chunk_offsets=(0,))
+    with pytest.raises(ValueError, match=r"rank 4: gs://bkt/ckpt/step1/\.metadata has no storage"):
+        sort_items([item], {}, LoadErrors(LOCATION, 4))
+
+
+# -- import graph ------------------------------------------------------------------------------
+def _dcp_modules() -> dict[str, Path]:
+    root = Path(gcsckpt.dcp.__file__).resolve().parent
+    modules = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = ["gcsckpt", "dcp", *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def _top_level_imports(tree: ast.Module) -> list[ast.stmt]:
+    """Import statements that run at import time (module level, in if/try blocks too)."""
+    found, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                todo.extend(getattr(node, field, []))
+        elif isinstance(node, ast.ExceptHandler):
+            todo.extend(node.body)
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """dcp module -> the dcp modules it imports explicitly (parent packages run first anyway)."""
+    modules = _dcp_modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        edges = graph.setdefault(name, set())
+        for node in _top_level_imports(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                assert node.level == 0, f"{name}: relative import"
+                base = node.module or ""
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                ]
+            edges.update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def test_dcp_import_graph_is_acyclic():
+    graph = _import_graph()
+    assert "gcsckpt.dcp.load.plan" in graph and "gcsckpt.dcp.reader" in graph
+    order = list(graphlib.TopologicalSorter(graph).static_order())  # CycleError on a cycle
+    assert order.index("gcsckpt.dcp.load.plan") < order.index("gcsckpt.dcp.reader")
+
+
+def test_load_steps_take_collaborators_not_the_reader():
+    graph = _import_graph()
+    outside = {"gcsckpt.dcp", "gcsckpt.dcp.reader", "gcsckpt.dcp.writer", "gcsckpt.dcp.planner"}
+    for name, edges in graph.items():
+        if name.startswith("gcsckpt.dcp.load"):
+            assert not edges & outside, f"{name} imports {sorted(edges & outside)}"
