@@ -7,7 +7,7 @@ verifies every tensor and prints the comparison. Every flag of //bench:checkpoin
 through, e.g. ``-- --bucket=gs://b/p --model_scale=full`` or ``-- --baseline_rounds=3``.
 """
 
-from gcsckpt.bench.runner_main import run
+from gcsckpt.bench.runner.main import run
 
 OLMOE_EP_DEFAULTS = {
     "cases": ["load-olmoe_1b_7b_0924-fsdp-ws8", "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"],

@@ -3,7 +3,7 @@ world size 2 against a local endpoint."""
 
 from __future__ import annotations
 
-from gcsckpt.bench.runner_config import RunConfig
+from gcsckpt.bench.runner.config import RunConfig
 
 FSDP = "load-olmoe_1b_7b_0924-fsdp-ws2"
 EP = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2"

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from gcsckpt.bench.cases import (
+from gcsckpt.bench.cases.catalogue import (
     CATALOGUE_PATH,
     Case,
     CaseError,
@@ -49,7 +49,10 @@ def test_shipped_catalogue_has_the_twelve_cases():
 
 
 def test_cases_module_imports_no_torch():
-    code = "import sys, gcsckpt.bench.cases; sys.exit('torch' in sys.modules)"
+    code = (
+        "import sys, gcsckpt.bench.cases.catalogue, gcsckpt.bench.cases.selection; "
+        "sys.exit('torch' in sys.modules)"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
 

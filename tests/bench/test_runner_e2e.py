@@ -13,8 +13,8 @@ import json
 import pytest
 
 from gcsckpt.bench.publish.schema import column_names
-from gcsckpt.bench.runner import run_benchmark
-from gcsckpt.bench.runner_config import RunConfig
+from gcsckpt.bench.runner.benchmark import run_benchmark
+from gcsckpt.bench.runner.config import RunConfig
 from gcsckpt.testing import LocalGCS
 from tests.bench.runner_fixtures import EP, FSDP, tiny_run_config
 

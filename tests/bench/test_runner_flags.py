@@ -9,8 +9,8 @@ import sys
 import pytest
 from absl import app
 
-from gcsckpt.bench.flags import FLAGS
-from gcsckpt.bench.runner_main import main
+from gcsckpt.bench.runner.flags import FLAGS
+from gcsckpt.bench.runner.main import main
 
 PROGRAM = os.path.join("bench", "checkpoint_load.py")
 OLMOE_EP = os.path.join("bench", "olmoe_ep.py")

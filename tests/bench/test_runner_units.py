@@ -8,16 +8,16 @@ import pytest
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.bench import baseline
-from gcsckpt.bench.case_result import CaseInfo
-from gcsckpt.bench.cases import CaseError, load_catalogue
-from gcsckpt.bench.runner_cases import override_world_size, select_run_cases
-from gcsckpt.bench.runner_config import RunConfig
-from gcsckpt.bench.runner_manifest import SetupManifest
-from gcsckpt.bench.runner_results import load_result
-from gcsckpt.bench.worker import RankFailure
-from gcsckpt.bench.worker_jobs import RankLoadResult, RankRound
-from gcsckpt.bench.worker_load import describe_error
+from gcsckpt.bench.cases.catalogue import CaseError, load_catalogue
+from gcsckpt.bench.cases.selection import override_world_size, select_run_cases
+from gcsckpt.bench.record.case_result import CaseInfo
+from gcsckpt.bench.runner.config import RunConfig
+from gcsckpt.bench.runner.manifest import SetupManifest
+from gcsckpt.bench.runner.results import load_result
+from gcsckpt.bench.worker import baseline
+from gcsckpt.bench.worker.jobs import RankLoadResult, RankRound
+from gcsckpt.bench.worker.load_job import describe_error
+from gcsckpt.bench.worker.rank import RankFailure
 
 FSDP = "load-olmoe_1b_7b_0924-fsdp-ws8"
 EP = "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"
@@ -183,7 +183,7 @@ def test_baseline_counter_separates_metadata_bytes():
     [("fsspec", "CountingLoadPlanner"), ("gcsckpt", "CountingGCSLoadPlanner")],
 )
 def test_counting_planner_counts_committed_bytes(reader, planner_class):
-    from gcsckpt.bench.worker_planner import counting_planner_for
+    from gcsckpt.bench.worker.planner import counting_planner_for
 
     seen = []
     planner = counting_planner_for(reader, progress=lambda done, total: seen.append((done, total)))

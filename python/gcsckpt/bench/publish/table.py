@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from gcsckpt.bench.metrics import THROUGHPUT_COLUMN
+from gcsckpt.bench.record.metrics import THROUGHPUT_COLUMN
 
 Row = Mapping[str, Any]
 _MB = 1e6

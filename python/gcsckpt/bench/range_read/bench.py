@@ -23,15 +23,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gcsckpt.bench import range_read_report as report
-from gcsckpt.bench.range_read_cases import RangeSet, make_range_set, size_label
-from gcsckpt.bench.range_read_clients import (
+from gcsckpt.bench.range_read import results as report
+from gcsckpt.bench.range_read.clients import (
     CeilingClient,
     GcsChunksClient,
     GcsfsClient,
     RawPoolClient,
     ReaderClient,
 )
+from gcsckpt.bench.range_read.ranges import RangeSet, make_range_set, size_label
 
 MiB = 1 << 20
 BUCKET = "range-read-bench"

@@ -24,7 +24,7 @@ from typing import Any
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from gcsckpt.bench.worker import RESULT_FILE, run_job, spawned_rank_main
+from gcsckpt.bench.worker.rank import RESULT_FILE, run_job, spawned_rank_main
 from gcsckpt.testing.ports import free_port
 
 # Imported once by the forkserver, shared copy-on-write by every rank process it forks.
@@ -34,7 +34,7 @@ _PRELOAD = [
     "transformers",
     "transformers.models.olmoe.modeling_olmoe",
     "transformers.models.llama.modeling_llama",
-    "gcsckpt.bench.worker",
+    "gcsckpt.bench.worker.rank",
 ]
 _POLL_S = 0.2
 _QUEUE_SIZE = 10_000

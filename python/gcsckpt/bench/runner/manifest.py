@@ -18,7 +18,7 @@ from typing import Any
 
 from google.api_core.exceptions import NotFound
 
-from gcsckpt.bench.worker_jobs import Storage, checksums_object
+from gcsckpt.bench.worker.jobs import Storage, checksums_object
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1

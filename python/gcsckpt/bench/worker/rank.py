@@ -19,10 +19,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.bench.progress import rank_reporter
-from gcsckpt.bench.worker_jobs import LoadJob, SetupJob
-from gcsckpt.bench.worker_load import describe_error, run_load
-from gcsckpt.bench.worker_setup import run_setup
+from gcsckpt.bench.record.progress import rank_reporter
+from gcsckpt.bench.worker.jobs import LoadJob, SetupJob
+from gcsckpt.bench.worker.load_job import describe_error, run_load
+from gcsckpt.bench.worker.setup_job import run_setup
 
 RESULT_FILE = "results.pkl"
 

@@ -22,27 +22,26 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
-from gcsckpt.bench.case_result import CaseInfo, CaseResult, RunContext
-from gcsckpt.bench.cases import Case
-from gcsckpt.bench.host import collect_host_facts, package_version
-from gcsckpt.bench.metrics import case_row
-from gcsckpt.bench.progress import ProgressDisplay
+from gcsckpt.bench.cases.catalogue import Case
 from gcsckpt.bench.publish.report import PublishedReport, publish_report
-from gcsckpt.bench.resources import ResourceSampler
-from gcsckpt.bench.runner_cases import select_run_cases
-from gcsckpt.bench.runner_config import BASELINE_READER, RunConfig
-from gcsckpt.bench.runner_launch import JobError, SpawnLauncher
-from gcsckpt.bench.runner_manifest import (
+from gcsckpt.bench.record.case_result import CaseInfo, CaseResult, RunContext
+from gcsckpt.bench.record.host import collect_host_facts, package_version
+from gcsckpt.bench.record.metrics import case_row
+from gcsckpt.bench.record.progress import ProgressDisplay
+from gcsckpt.bench.record.resources import ResourceSampler
+from gcsckpt.bench.runner.config import BASELINE_READER, RunConfig
+from gcsckpt.bench.runner.launch import JobError, SpawnLauncher
+from gcsckpt.bench.runner.manifest import (
     SetupManifest,
     delete_prefix,
     read_manifest,
     reusable,
     write_manifest,
 )
-from gcsckpt.bench.runner_results import load_result
-from gcsckpt.bench.runner_storage import BenchStorage
-from gcsckpt.bench.worker import RankFailure, backend_for
-from gcsckpt.bench.worker_jobs import SAVE_SEED, LoadJob, SetupJob, Storage
+from gcsckpt.bench.runner.results import load_result
+from gcsckpt.bench.runner.storage import BenchStorage
+from gcsckpt.bench.worker.jobs import SAVE_SEED, LoadJob, SetupJob, Storage
+from gcsckpt.bench.worker.rank import RankFailure, backend_for
 from gcsckpt.parallel.app_state import case_config_hash
 
 CANDIDATE_READER = "gcsckpt"
@@ -254,7 +253,7 @@ def run_benchmark(
       launcher: ``SpawnLauncher`` (default) or ``TorchrunLauncher``.
       out: where the tables and notes go (stdout by default).
       live_progress: force the live progress view on or off (default: when stderr is a tty).
-      cases: the cases to run, already selected (default: selected from ``config``).
+      cases: the cases to run, already selected (default: ``config.selected_cases()``).
 
     Returns:
       RunOutcome (failed cases are in it; they do not raise).
@@ -267,13 +266,7 @@ def run_benchmark(
     out = out or sys.stdout
     launcher = launcher or SpawnLauncher(timeout_s=config.job_timeout_s)
     if cases is None:
-        cases = select_run_cases(
-            config.catalogue,
-            patterns=config.cases,
-            axes=config.sweep_axes,
-            model_scale=config.model_scale,
-            world_size_override=config.world_size_override,
-        )
+        cases = config.selected_cases()
     started = datetime.datetime.now(datetime.UTC)
     run_id = new_run_id(started)
     output_dir = Path(os.path.expanduser(config.output_dir or os.path.join(RESULTS_ROOT, run_id)))

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from gcsckpt.bench.runner_storage import DEFAULT_LOCAL_DIR, parse_bucket
-from gcsckpt.bench.worker_jobs import READERS
+from gcsckpt.bench.cases.catalogue import Case
+from gcsckpt.bench.cases.selection import select_run_cases
+from gcsckpt.bench.runner.storage import DEFAULT_LOCAL_DIR, parse_bucket
+from gcsckpt.bench.worker.jobs import READERS
 from gcsckpt.models.configs import SCALES
 
 DEVICES = ("cpu", "cuda")
@@ -100,3 +102,18 @@ class RunConfig:
         if reader == BASELINE_READER and self.baseline_rounds is not None:
             return self.baseline_rounds
         return rounds
+
+    def selected_cases(self) -> list[Case]:
+        """The cases this run loads, in catalogue order (the one place a run selects them).
+
+        Raises:
+          CaseError: an invalid catalogue, axis or override, or a ``cases`` glob that matches
+            nothing (see ``cases.selection.select_run_cases``).
+        """
+        return select_run_cases(
+            self.catalogue,
+            patterns=self.cases,
+            axes=self.sweep_axes,
+            model_scale=self.model_scale,
+            world_size_override=self.world_size_override,
+        )

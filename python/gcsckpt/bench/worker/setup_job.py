@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from gcsckpt.bench.worker_jobs import SAVE_SEED, RankSetupResult, SetupJob, checksums_object
+from gcsckpt.bench.worker.jobs import SAVE_SEED, RankSetupResult, SetupJob, checksums_object
 from gcsckpt.dcp import GCSStorageWriter, ObjectStore
 from gcsckpt.models.state import expected_bytes, local_checksums
 from gcsckpt.parallel.app_state import build_app_state

@@ -7,7 +7,7 @@ import fnmatch
 import math
 from collections.abc import Sequence
 
-from gcsckpt.bench.cases import Case, CaseError, load_catalogue, validate_case
+from gcsckpt.bench.cases.catalogue import Case, CaseError, load_catalogue, validate_case
 from gcsckpt.parallel.strategies import DIM_FIELDS, STRATEGY_DIMS
 
 

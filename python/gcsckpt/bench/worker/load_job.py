@@ -21,16 +21,16 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.bench import baseline
-from gcsckpt.bench.worker_jobs import (
+from gcsckpt.bench.worker import baseline
+from gcsckpt.bench.worker.jobs import (
     LoadJob,
     RankLoadResult,
     RankRound,
     checksums_object,
     round_seed,
 )
-from gcsckpt.bench.worker_planner import counting_planner_for
-from gcsckpt.bench.worker_setup import rank_device
+from gcsckpt.bench.worker.planner import counting_planner_for
+from gcsckpt.bench.worker.setup_job import rank_device
 from gcsckpt.dcp import GCSStorageReader, ObjectStore
 from gcsckpt.models.state import expected_bytes, local_checksums
 from gcsckpt.parallel.app_state import build_app_state
@@ -66,9 +66,7 @@ def _saved_checksums(job: LoadJob, rank: int) -> dict[str, Any]:
 
 def _make_reader(job: LoadJob):
     if job.reader == "gcsckpt":
-        return GCSStorageReader(
-            job.storage.checkpoint_url, endpoint=job.storage.endpoint, **job.reader_options
-        )
+        return GCSStorageReader(job.storage.checkpoint_url, endpoint=job.storage.endpoint)
     return baseline.make_fsspec_reader(job.storage.checkpoint_url, job.storage.endpoint)
 
 
