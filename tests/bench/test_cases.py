@@ -170,3 +170,22 @@ def test_unreadable_catalogue(tmp_path):
     bad.write_text("cases: [\n")
     with pytest.raises(CaseError, match="cannot read catalogue"):
         load_catalogue(bad)
+
+
+def test_parallel_dims_carry_the_case_sizes():
+    ep = load_catalogue().get("load-olmoe_1b_7b_0924-ep-dp8ep8-ws8").parallel_dims
+    assert (ep.strategy, ep.world_size, ep.dp_shard, ep.ep, ep.mesh_dim_names) == (
+        "ep",
+        8,
+        8,
+        8,
+        ("dp_shard",),
+    )
+    big = load_catalogue().get("load-llama_3_1_8b-pp_hsdp_tp-pp2dpr2dp2tp2-ws16").parallel_dims
+    assert (big.pp, big.dp_replicate, big.dp_shard, big.tp, big.mesh_shape) == (
+        2,
+        2,
+        2,
+        2,
+        (2,) * 4,
+    )

@@ -25,7 +25,8 @@ from gcsckpt.models.configs import (
     parse_model_spec,
     with_scale,
 )
-from gcsckpt.parallel.strategies import LayoutError, check_dims
+from gcsckpt.parallel.dims import ParallelDims
+from gcsckpt.parallel.strategies import LayoutError
 
 AXES = ("baseline", "strategy", "model")
 DEFAULT_MAX_WORLD_SIZE = 16
@@ -38,6 +39,14 @@ _SIZE_TOKENS = (  # name token, case field; in name order
     ("tp", "tensor_parallel_size"),
     ("ep", "expert_parallel_size"),
 )
+# The Case field holding each ParallelDims size.
+DIM_FIELDS = {
+    "pp": "pipeline_parallel_size",
+    "dp_replicate": "data_parallel_replicate_size",
+    "dp_shard": "data_parallel_size",
+    "tp": "tensor_parallel_size",
+    "ep": "expert_parallel_size",
+}
 _BUCKET_KIND = re.compile(r"^[a-z0-9_]+$")
 
 
@@ -79,6 +88,19 @@ class Case:
         return parse_model_spec(self.model).key
 
     @property
+    def parallel_dims(self) -> ParallelDims:
+        """The case's layout as ``gcsckpt.parallel`` takes it.
+
+        Raises:
+          LayoutError: the sizes do not fit the strategy (see ``ParallelDims``).
+        """
+        return ParallelDims(
+            strategy=self.strategy,
+            world_size=self.world_size,
+            **{dim: getattr(self, field) for dim, field in DIM_FIELDS.items()},
+        )
+
+    @property
     def name(self) -> str:
         """The case name (see the module docstring)."""
         parts = ["load", self.model_slug, self.strategy]
@@ -118,7 +140,7 @@ def validate_case(case: Case, max_world_size: int = DEFAULT_MAX_WORLD_SIZE) -> C
     except ModelSpecError as err:
         raise CaseError(f"case {label}: model: {err}") from err
     try:
-        check_dims(case)
+        _ = case.parallel_dims  # its constructor checks the sizes against the strategy
     except LayoutError as err:
         raise CaseError(f"case {label}: {err}") from err
     if case.world_size > max_world_size:

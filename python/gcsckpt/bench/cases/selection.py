@@ -7,8 +7,14 @@ import fnmatch
 import math
 from collections.abc import Sequence
 
-from gcsckpt.bench.cases.catalogue import Case, CaseError, load_catalogue, validate_case
-from gcsckpt.parallel.strategies import DIM_FIELDS, STRATEGY_DIMS
+from gcsckpt.bench.cases.catalogue import (
+    DIM_FIELDS,
+    Case,
+    CaseError,
+    load_catalogue,
+    validate_case,
+)
+from gcsckpt.parallel.strategies import STRATEGY_DIMS
 
 
 def override_world_size(case: Case, world_size: int) -> Case:
@@ -27,7 +33,6 @@ def override_world_size(case: Case, world_size: int) -> Case:
         raise CaseError(f"--world_size_override must be >= 1, got {world_size}")
     if world_size == 1:  # one rank holds the whole model (e.g. a single GPU)
         changes = {field: 1 for field in DIM_FIELDS.values()}
-        changes["expert_parallel_size"] = 1
     elif "dp_shard" in dims:
         others = math.prod(getattr(case, DIM_FIELDS[d]) for d in dims if d != "dp_shard")
         if world_size % others or world_size // others < 2:

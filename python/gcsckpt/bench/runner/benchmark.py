@@ -42,7 +42,7 @@ from gcsckpt.bench.runner.results import load_result
 from gcsckpt.bench.runner.storage import BenchStorage
 from gcsckpt.bench.worker.jobs import SAVE_SEED, LoadJob, SetupJob, Storage
 from gcsckpt.bench.worker.rank import RankFailure, backend_for
-from gcsckpt.parallel.app_state import case_config_hash
+from gcsckpt.parallel.app_state import state_config_hash
 
 CANDIDATE_READER = "gcsckpt"
 RESULTS_ROOT = os.path.join("~", ".cache", "gcsckpt", "results")
@@ -147,7 +147,7 @@ class _Run:
         Raises:
           SetupError: a rank failed to save; or the save left no ``.metadata``.
         """
-        config_hash = case_config_hash(case, seed=SAVE_SEED)
+        config_hash = state_config_hash(case.model, case.parallel_dims, seed=SAVE_SEED)
         client = self.storage.client if self.launcher.is_leader else None
         why, manifest = None, None
         if self.launcher.is_leader:

@@ -111,12 +111,13 @@ def run_load(job: LoadJob, report) -> RankLoadResult:
     rank = dist.get_rank()
     device = rank_device(job.device)
     saved = _saved_checksums(job, rank)
-    mesh = build_mesh(job.case, device.type)
+    dims = job.case.parallel_dims
+    mesh = build_mesh(dims, device.type)
     rounds: list[RankRound] = []
     for index in range(job.rounds):
         label = f"{job.reader} round {index + 1}/{job.rounds}"
         report(f"{label}: build state", 0, None)
-        state = build_app_state(job.case, mesh, seed=round_seed(index), device=device)
+        state = build_app_state(job.case.model, dims, mesh, seed=round_seed(index), device=device)
         needed = expected_bytes(state)
         reader = _make_reader(job)
         planner = counting_planner_for(
