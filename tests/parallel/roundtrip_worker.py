@@ -13,6 +13,15 @@ from gcsckpt.parallel.mesh import build_mesh
 
 SAVE_SEED, FRESH_SEED = 11, 22
 
+# What the rank forkserver imports once (transformers' model classes load lazily otherwise).
+PRELOAD = (
+    "torch",
+    "torch.distributed.checkpoint",
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.olmoe.modeling_olmoe",
+    "gcsckpt.parallel.app_state",
+)
+
 
 class CountingReader(FileSystemReader):
     """The stock reader, counting the ReadItems and tensor bytes this rank's plan reads."""

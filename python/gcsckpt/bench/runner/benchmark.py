@@ -41,8 +41,9 @@ from gcsckpt.bench.runner.manifest import (
 from gcsckpt.bench.runner.results import load_result
 from gcsckpt.bench.runner.storage import BenchStorage
 from gcsckpt.bench.worker.jobs import SAVE_SEED, LoadJob, SetupJob, Storage
-from gcsckpt.bench.worker.rank import RankFailure, backend_for
+from gcsckpt.bench.worker.rank import RankFailure
 from gcsckpt.parallel.app_state import state_config_hash
+from gcsckpt.testing.local_ranks import backend_for
 
 CANDIDATE_READER = "gcsckpt"
 RESULTS_ROOT = os.path.join("~", ".cache", "gcsckpt", "results")
