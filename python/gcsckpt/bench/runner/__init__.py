@@ -2,7 +2,8 @@
 
 ``main`` (absl entry: list or run, exit code), ``flags`` (command-line flags -> ``RunConfig``),
 ``config`` (``RunConfig``), ``benchmark`` (per case: setup once, timed rounds per reader, publish),
-``storage`` (local endpoint, emulator or real bucket), ``manifest`` (checkpoint reuse),
+``storage`` (local endpoint, emulator or real bucket), ``bucket_type`` (the bucket type in case
+names), ``manifest`` (checkpoint reuse),
 ``launch`` (rank processes: spawned here or under torchrun), ``results`` (gathered rank results ->
 ``CaseResult``).
 """

@@ -207,7 +207,7 @@ class _Run:
     def case(self, case: Case) -> list[CaseResult]:
         """All readers' results for one case; a setup failure fails every reader's row."""
         info = CaseInfo.from_case(case, self.config.model_scale)
-        spec = self.storage.for_case(case.name)
+        spec = self.storage.for_case(case.base_name)  # the same objects whatever the bucket type
         try:
             manifest = self.ensure_checkpoint(case, spec)
         except Exception as err:  # any setup failure is this case's, never the run's
