@@ -2,12 +2,12 @@
 
 ``tools/bazel run //bench:olmoe_ep`` starts the local GCS endpoint, saves both checkpoints once
 (reused by later runs), loads each with gcsckpt's GCSStorageReader (3 rounds) and with the stock
-FsspecReader over gcsfs (1 round: it takes minutes per round here, shared/DESIGN.md "The bar"),
+FsspecReader over gcsfs (1 round: it takes minutes per round on a 2-core machine),
 verifies every tensor and prints the comparison. Every flag of //bench:checkpoint_load passes
 through, e.g. ``-- --bucket=gs://b/p --model_scale=full`` or ``-- --baseline_rounds=3``.
 """
 
-from gcsckpt.bench.runner_main import run
+from gcsckpt.bench.runner.main import run
 
 OLMOE_EP_DEFAULTS = {
     "cases": ["load-olmoe_1b_7b_0924-fsdp-ws8", "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"],

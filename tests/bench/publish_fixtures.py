@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import datetime
 
-from gcsckpt.bench.case_result import CaseInfo, CaseResult, RankCounters, RoundRecord, RunContext
-from gcsckpt.bench.host import HostFacts
-from gcsckpt.bench.metrics import add_baseline_ratios, case_row
-from gcsckpt.bench.resources import ResourceUsage
+from gcsckpt.bench.record.case_result import (
+    CaseInfo,
+    CaseResult,
+    RankCounters,
+    RoundRecord,
+    RunContext,
+)
+from gcsckpt.bench.record.host import HostFacts
+from gcsckpt.bench.record.metrics import add_baseline_ratios, case_row
+from gcsckpt.bench.record.resources import ResourceUsage
 
 HOST = HostFacts(
     vcpu_count=2,

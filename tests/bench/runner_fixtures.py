@@ -3,10 +3,14 @@ world size 2 against a local endpoint."""
 
 from __future__ import annotations
 
-from gcsckpt.bench.runner_config import RunConfig
+from gcsckpt.bench.runner.config import RunConfig
 
-FSDP = "load-olmoe_1b_7b_0924-fsdp-ws2"
-EP = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2"
+# Names without the bucket type: the cases' object prefixes.
+FSDP_BASE = "load-olmoe_1b_7b_0924-fsdp-ws2"
+EP_BASE = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2"
+# Case names on the emulator's bucket (regional metadata: "-reg").
+FSDP = f"{FSDP_BASE}-reg"
+EP = f"{EP_BASE}-reg"
 
 
 def tiny_run_config(endpoint: str, bucket_url: str, output_dir, **changes) -> RunConfig:

@@ -17,7 +17,6 @@ import duckdb
 import pytest
 from google.cloud import bigquery
 
-from gcsckpt.bench.metrics import THROUGHPUT_COLUMN
 from gcsckpt.bench.publish.bigquery import (
     BigQueryPublishError,
     make_client,
@@ -33,6 +32,7 @@ from gcsckpt.bench.publish.schema import (
     load_columns,
     validate_rows,
 )
+from gcsckpt.bench.record.metrics import THROUGHPUT_COLUMN
 from tests.bench.publish_fixtures import RUN, two_reader_rows
 
 PROJECT = "gcsckpt-test"

@@ -8,7 +8,8 @@ import sys
 import pytest
 import yaml
 
-from gcsckpt.bench.cases import (
+from gcsckpt.bench.cases.catalogue import (
+    BUCKET_TYPES,
     CATALOGUE_PATH,
     Case,
     CaseError,
@@ -24,12 +25,12 @@ NAMES = [
     "load-llama_3_1_8b-hsdp-dpr2dp4-ws8",
     "load-llama_3_1_8b-hsdp-dpr4dp2-ws8",
     "load-llama_3_1_8b-tp-tp8-ws8",
-    "load-llama_3_1_8b-fsdp_tp-dp2tp4-ws8",
-    "load-llama_3_1_8b-hsdp_tp-dpr2dp2tp2-ws8",
+    "load-llama_3_1_8b-fsdp-tp-dp2tp4-ws8",
+    "load-llama_3_1_8b-hsdp-tp-dpr2dp2tp2-ws8",
     "load-llama_3_1_8b-pp-pp8-ws8",
-    "load-llama_3_1_8b-pp_fsdp-pp2dp4-ws8",
-    "load-llama_3_1_8b-pp_fsdp_tp-pp2dp2tp2-ws8",
-    "load-llama_3_1_8b-pp_hsdp_tp-pp2dpr2dp2tp2-ws16",
+    "load-llama_3_1_8b-pp-fsdp-pp2dp4-ws8",
+    "load-llama_3_1_8b-pp-fsdp-tp-pp2dp2tp2-ws8",
+    "load-llama_3_1_8b-pp-hsdp-tp-pp2dpr2dp2tp2-ws16",
     "load-olmoe_1b_7b_0924-fsdp-ws8",
     "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8",
 ]
@@ -49,7 +50,10 @@ def test_shipped_catalogue_has_the_twelve_cases():
 
 
 def test_cases_module_imports_no_torch():
-    code = "import sys, gcsckpt.bench.cases; sys.exit('torch' in sys.modules)"
+    code = (
+        "import sys, gcsckpt.bench.cases.catalogue, gcsckpt.bench.cases.selection; "
+        "sys.exit('torch' in sys.modules)"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
 
@@ -62,6 +66,28 @@ def test_name_tokens():
     assert (
         Case("llama_3_1_8b", "fsdp", 4, data_parallel_size=4).name == "load-llama_3_1_8b-fsdp-ws4"
     )
+
+
+def test_names_as_the_seed_writes_them():
+    big = Case(
+        "llama_3_1_8b",
+        "pp_hsdp_tp",
+        16,
+        pipeline_parallel_size=2,
+        data_parallel_replicate_size=2,
+        data_parallel_size=2,
+        tensor_parallel_size=2,
+    )
+    assert big.base_name == "load-llama_3_1_8b-pp-hsdp-tp-pp2dpr2dp2tp2-ws16"
+    assert big.legacy_name == "load-llama_3_1_8b-pp_hsdp_tp-pp2dpr2dp2tp2-ws16"
+    regional = dataclasses.replace(big, bucket_kind="reg")
+    assert regional.name == "load-llama_3_1_8b-pp-hsdp-tp-pp2dpr2dp2tp2-ws16-reg"
+    assert regional.base_name == big.base_name
+    fsdp_tp = Case("llama_3_1_8b", "fsdp_tp", 8, data_parallel_size=2, tensor_parallel_size=4)
+    assert dataclasses.replace(fsdp_tp, bucket_kind="local").name == (
+        "load-llama_3_1_8b-fsdp-tp-dp2tp4-ws8-local"
+    )
+    assert set(BUCKET_TYPES) == {"reg", "zon", "hns", "local"}
 
 
 BASE = Case("llama_3_1_8b", "fsdp", 8, data_parallel_size=8)
@@ -167,3 +193,22 @@ def test_unreadable_catalogue(tmp_path):
     bad.write_text("cases: [\n")
     with pytest.raises(CaseError, match="cannot read catalogue"):
         load_catalogue(bad)
+
+
+def test_parallel_dims_carry_the_case_sizes():
+    ep = load_catalogue().get("load-olmoe_1b_7b_0924-ep-dp8ep8-ws8").parallel_dims
+    assert (ep.strategy, ep.world_size, ep.dp_shard, ep.ep, ep.mesh_dim_names) == (
+        "ep",
+        8,
+        8,
+        8,
+        ("dp_shard",),
+    )
+    big = load_catalogue().get("load-llama_3_1_8b-pp-hsdp-tp-pp2dpr2dp2tp2-ws16").parallel_dims
+    assert (big.pp, big.dp_replicate, big.dp_shard, big.tp, big.mesh_shape) == (
+        2,
+        2,
+        2,
+        2,
+        (2,) * 4,
+    )

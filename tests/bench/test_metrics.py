@@ -5,15 +5,15 @@ import json
 import numpy as np
 import pytest
 
-from gcsckpt.bench.case_result import CaseInfo, CaseResult, RankCounters, RoundRecord
-from gcsckpt.bench.metrics import (
+from gcsckpt.bench.publish.schema import column_names, load_columns, validate_rows
+from gcsckpt.bench.record.case_result import CaseInfo, CaseResult, RankCounters, RoundRecord
+from gcsckpt.bench.record.metrics import (
     RATIO_COLUMN,
     THROUGHPUT_COLUMN,
     add_baseline_ratios,
     case_row,
     round_duration_columns,
 )
-from gcsckpt.bench.publish.schema import column_names, load_columns, validate_rows
 from tests.bench.publish_fixtures import RUN, SIZE, USAGE, case, counters, failed, result, round_of
 
 

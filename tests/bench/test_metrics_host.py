@@ -3,7 +3,7 @@
 import os
 import subprocess
 
-from gcsckpt.bench.host import collect_host_facts, git_commit, package_version
+from gcsckpt.bench.record.host import collect_host_facts, git_commit, package_version
 
 
 def _git(repo, *args):

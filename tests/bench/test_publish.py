@@ -7,12 +7,12 @@ import json
 import matplotlib.image
 import pytest
 
-from gcsckpt.bench.metrics import RATIO_COLUMN, THROUGHPUT_COLUMN, case_row
 from gcsckpt.bench.publish.plot import build_throughput_figure, write_throughput_plot
 from gcsckpt.bench.publish.report import PLOT_NAME, publish_report
 from gcsckpt.bench.publish.results_files import read_results_json, write_results
 from gcsckpt.bench.publish.schema import RowValidationError, column_names
 from gcsckpt.bench.publish.table import format_report, summary_table, throughput_ratio
+from gcsckpt.bench.record.metrics import RATIO_COLUMN, THROUGHPUT_COLUMN, case_row
 from tests.bench.publish_fixtures import RUN, SIZE, result, two_reader_rows
 
 EP_CASE = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2"

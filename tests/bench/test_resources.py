@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from gcsckpt.bench.resources import ResourceSampler, TreeSample, summarize
+from gcsckpt.bench.record.resources import ResourceSampler, TreeSample, summarize
 
 A, B, C = (101, 1.0), (102, 1.0), (103, 2.0)
 

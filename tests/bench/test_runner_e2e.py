@@ -13,10 +13,10 @@ import json
 import pytest
 
 from gcsckpt.bench.publish.schema import column_names
-from gcsckpt.bench.runner import run_benchmark
-from gcsckpt.bench.runner_config import RunConfig
+from gcsckpt.bench.runner.benchmark import run_benchmark
+from gcsckpt.bench.runner.config import RunConfig
 from gcsckpt.testing import LocalGCS
-from tests.bench.runner_fixtures import EP, FSDP, tiny_run_config
+from tests.bench.runner_fixtures import EP, FSDP, FSDP_BASE, tiny_run_config
 
 BUCKET = "runner-e2e"
 
@@ -112,7 +112,7 @@ def test_second_run_reuses_the_stored_checkpoints(gcs, first_run, tmp_path):
     outcome = run_benchmark(config, out=out, live_progress=False)
     text = out.getvalue()
     assert outcome.failures == []
-    assert f"{FSDP}: reusing the checkpoint at gs://{BUCKET}/bench/{FSDP}/checkpoint" in text
+    assert f"{FSDP}: reusing the checkpoint at gs://{BUCKET}/bench/{FSDP_BASE}/checkpoint" in text
     assert f"{EP}: reusing the checkpoint" in text
     sizes = {r.case.name: r.checkpoint_physical_size_bytes for r in outcome.results}
     assert sizes == {r.case.name: r.checkpoint_physical_size_bytes for r in first_run[0].results}

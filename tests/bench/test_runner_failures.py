@@ -11,11 +11,11 @@ import io
 
 import pytest
 
-from gcsckpt.bench.runner import run_benchmark
-from gcsckpt.bench.runner_config import RunConfig
+from gcsckpt.bench.runner.benchmark import run_benchmark
+from gcsckpt.bench.runner.config import RunConfig
 from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
-from tests.bench.runner_fixtures import EP, FSDP, tiny_run_config
+from tests.bench.runner_fixtures import EP, FSDP, FSDP_BASE, tiny_run_config
 
 BUCKET = "runner-failures"
 
@@ -46,7 +46,7 @@ def test_endpoint_dying_mid_load_fails_that_case_and_the_run_goes_on(gcs, tmp_pa
     # Save both checkpoints through the healthy endpoint first (gcsckpt only, to be quick).
     setup, _ = _run(_config(gcs.endpoint, "dies", tmp_path / "setup", readers=("gcsckpt",)))
     assert setup.failures == []
-    data = [n for n in _objects(gcs, f"dies/{FSDP}/checkpoint/") if n.endswith(".distcp")]
+    data = [n for n in _objects(gcs, f"dies/{FSDP_BASE}/checkpoint/") if n.endswith(".distcp")]
     assert data
     # Every read of the fsdp checkpoint's data objects is cut off halfway (TCP reset).
     faults = [Fault("reset_mid_body", count=None, object_name=name) for name in data]
@@ -58,7 +58,7 @@ def test_endpoint_dying_mid_load_fails_that_case_and_the_run_goes_on(gcs, tmp_pa
     ours = by_pair[(FSDP, "gcsckpt")]
     assert ours.status == "failed" and not ours.checksums_verified
     assert "CheckpointReadError" in ours.error_message
-    assert f"gs://{BUCKET}/dies/{FSDP}/checkpoint/__" in ours.error_message
+    assert f"gs://{BUCKET}/dies/{FSDP_BASE}/checkpoint/__" in ours.error_message
     assert by_pair[(FSDP, "fsspec")].status == "failed"
     assert by_pair[(FSDP, "fsspec")].error_message.startswith("rank ")
     for reader in ("gcsckpt", "fsspec"):
@@ -88,7 +88,7 @@ def test_corrupted_object_is_reported_as_a_checksum_failure(gcs, tmp_path):
     )
     setup, _ = _run(dataclasses.replace(config, readers=("gcsckpt",)))
     assert setup.failures == []
-    _flip_middle_of_largest_item(gcs, f"corrupt/{FSDP}/checkpoint")
+    _flip_middle_of_largest_item(gcs, f"corrupt/{FSDP_BASE}/checkpoint")
 
     outcome, text = _run(dataclasses.replace(config, output_dir=str(tmp_path / "run")))
     assert f"{FSDP}: reusing the checkpoint" in text  # same sizes: the corruption is not seen

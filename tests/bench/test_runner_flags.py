@@ -9,8 +9,8 @@ import sys
 import pytest
 from absl import app
 
-from gcsckpt.bench.flags import FLAGS
-from gcsckpt.bench.runner_main import main
+from gcsckpt.bench.runner.flags import FLAGS
+from gcsckpt.bench.runner.main import main
 
 PROGRAM = os.path.join("bench", "checkpoint_load.py")
 OLMOE_EP = os.path.join("bench", "olmoe_ep.py")
@@ -39,8 +39,8 @@ def test_list_prints_the_selected_cases(capsys, parse):
     parse("--list", "--cases=load-olmoe*", "--sweep_axes=model strategy", "--world_size_override=4")
     assert main(["prog"]) == 0
     assert capsys.readouterr().out.split() == [
-        "load-olmoe_1b_7b_0924-fsdp-ws4",
-        "load-olmoe_1b_7b_0924-ep-dp4ep4-ws4",
+        "load-olmoe_1b_7b_0924-fsdp-ws4-local",
+        "load-olmoe_1b_7b_0924-ep-dp4ep4-ws4-local",
     ]
 
 
@@ -62,6 +62,15 @@ def test_bad_values_are_usage_errors_naming_the_flag(parse, args, message):
         main(["prog"])
 
 
+def test_old_case_names_still_select_with_a_deprecation_warning(capsys, parse):
+    parse("--list", "--cases=load-llama_3_1_8b-pp_hsdp_tp-pp2dpr2dp2tp2-ws16")
+    with pytest.warns(FutureWarning, match="old case names .* deprecated"):
+        assert main(["prog"]) == 0
+    assert capsys.readouterr().out.split() == [
+        "load-llama_3_1_8b-pp-hsdp-tp-pp2dpr2dp2tp2-ws16-local"
+    ]
+
+
 def test_stray_arguments_are_a_usage_error(parse):
     parse()
     with pytest.raises(app.UsageError, match="unexpected arguments"):
@@ -81,6 +90,6 @@ def test_olmoe_ep_defaults_select_the_pair():
     done = _program("--list", script=OLMOE_EP)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [
-        "load-olmoe_1b_7b_0924-fsdp-ws8",
-        "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8",
+        "load-olmoe_1b_7b_0924-fsdp-ws8-local",
+        "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8-local",
     ]

@@ -46,8 +46,8 @@ def test_torchrun_runs_the_case_on_its_ranks(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     rows = json.loads((tmp_path / "results.json").read_text())
     assert [(r["benchmark_case_id"], r["status"]) for r in rows] == [
-        ("load-olmoe_1b_7b_0924-ep-dp2ep2-ws2", "ok")
+        ("load-olmoe_1b_7b_0924-ep-dp2ep2-ws2-reg", "ok")
     ]
     assert rows[0]["checksums_verified"] is True
     assert rows[0]["storage_endpoint"] == "emulator"
-    assert done.stdout.count("| load-olmoe_1b_7b_0924-ep-dp2ep2-ws2 |") == 2  # rank 0 only
+    assert done.stdout.count("| load-olmoe_1b_7b_0924-ep-dp2ep2-ws2-reg |") == 2  # rank 0 only

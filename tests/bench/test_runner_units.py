@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.bench import baseline
-from gcsckpt.bench.case_result import CaseInfo
-from gcsckpt.bench.cases import CaseError, load_catalogue
-from gcsckpt.bench.runner_cases import override_world_size, select_run_cases
-from gcsckpt.bench.runner_config import RunConfig
-from gcsckpt.bench.runner_manifest import SetupManifest
-from gcsckpt.bench.runner_results import load_result
-from gcsckpt.bench.worker import RankFailure
-from gcsckpt.bench.worker_jobs import RankLoadResult, RankRound
-from gcsckpt.bench.worker_load import describe_error
+from gcsckpt.bench.cases.catalogue import CaseError, load_catalogue
+from gcsckpt.bench.cases.selection import override_world_size, select_run_cases
+from gcsckpt.bench.record.case_result import CaseInfo
+from gcsckpt.bench.runner.bucket_type import classify_bucket, run_bucket_type
+from gcsckpt.bench.runner.config import RunConfig
+from gcsckpt.bench.runner.manifest import SetupManifest
+from gcsckpt.bench.runner.results import load_result
+from gcsckpt.bench.worker import baseline
+from gcsckpt.bench.worker.jobs import RankLoadResult, RankRound
+from gcsckpt.bench.worker.load_job import describe_error
+from gcsckpt.bench.worker.rank import RankFailure
 
 FSDP = "load-olmoe_1b_7b_0924-fsdp-ws8"
 EP = "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"
@@ -66,6 +68,36 @@ def test_select_run_cases_by_glob_and_axes():
     assert all(c.model == "olmoe_1b_7b_0924:tiny" for c in cases)
     with pytest.raises(CaseError, match="matches no case"):
         select_run_cases(None, patterns=["load-nothing*"], model_scale="tiny")
+
+
+def test_selection_names_cases_for_the_bucket_type_and_takes_any_name_form():
+    full = "load-llama_3_1_8b-fsdp-tp-dp2tp4-ws8-zon"
+    for pattern in (full, "load-llama_3_1_8b-fsdp-tp-dp2tp4-ws8", "*-fsdp-tp-dp*-zon"):
+        cases = select_run_cases(None, patterns=[pattern], model_scale="tiny", bucket_type="zon")
+        assert [c.name for c in cases] == [full]
+    with pytest.warns(FutureWarning, match="'load-llama_3_1_8b-fsdp_tp-dp2tp4-ws8' uses the old"):
+        old = select_run_cases(
+            None, patterns=["load-llama_3_1_8b-fsdp_tp-dp2tp4-ws8"], bucket_type="hns"
+        )
+    assert [c.name for c in old] == ["load-llama_3_1_8b-fsdp-tp-dp2tp4-ws8-hns"]
+    with pytest.raises(CaseError, match="bucket type 'nearline' is unknown"):
+        select_run_cases(None, bucket_type="nearline")
+
+
+def test_bucket_type_comes_from_the_bucket_metadata():
+    def bucket(hns=None, location_type="region", storage_class="STANDARD"):
+        return SimpleNamespace(
+            hierarchical_namespace_enabled=hns,
+            location_type=location_type,
+            storage_class=storage_class,
+        )
+
+    assert classify_bucket(bucket()) == "reg"
+    assert classify_bucket(bucket(location_type="multi-region")) == "reg"
+    assert classify_bucket(bucket(hns=True)) == "hns"
+    assert classify_bucket(bucket(location_type="zone")) == "zon"
+    assert classify_bucket(bucket(location_type=None, storage_class="RAPID")) == "zon"
+    assert run_bucket_type(None, None) == "local"  # the embedded endpoint: nothing to ask
 
 
 @pytest.mark.parametrize(
@@ -183,7 +215,7 @@ def test_baseline_counter_separates_metadata_bytes():
     [("fsspec", "CountingLoadPlanner"), ("gcsckpt", "CountingGCSLoadPlanner")],
 )
 def test_counting_planner_counts_committed_bytes(reader, planner_class):
-    from gcsckpt.bench.worker_planner import counting_planner_for
+    from gcsckpt.bench.worker.planner import counting_planner_for
 
     seen = []
     planner = counting_planner_for(reader, progress=lambda done, total: seen.append((done, total)))

@@ -1,4 +1,4 @@
-"""Rank-side steps of the DCP tests (top-level so ranks.run_ranks can pickle them)."""
+"""Rank-side steps of the DCP tests (top-level so local_ranks.run_ranks can pickle them)."""
 
 from __future__ import annotations
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import scenarios
-from ranks import run_ranks
 from torch.distributed.checkpoint.filesystem import SerializationFormat
 
 from gcsckpt.testing import LocalGCS
+from gcsckpt.testing.local_ranks import run_ranks
 
 BUCKET = "dist"
 LEAVES = 41  # leaves compared in the fsdp state (tensors and BYTE_IO values)

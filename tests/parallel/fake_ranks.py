@@ -1,4 +1,4 @@
-"""Test helper: a rank of a fake process group (no communication) and case objects."""
+"""Test helper: a rank of a fake process group (no communication) and test cases (model + dims)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from types import SimpleNamespace
 
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from gcsckpt.parallel.dims import ParallelDims
 
 
 @contextmanager
@@ -21,20 +23,19 @@ def fake_rank(rank: int, world_size: int) -> Iterator[None]:
 
 
 def make_case(model: str, strategy: str, world_size: int, **sizes: int) -> SimpleNamespace:
-    """A case-like object with the size fields ``gcsckpt.parallel`` reads (others default 1).
+    """A test case: ``model`` (spec), ``dims`` (its ``ParallelDims``), ``name`` (the strategy),
+    ``strategy`` and ``world_size``; settable extra attributes are ignored by ``gcsckpt.parallel``.
 
-    Size keywords: ``dp`` (dp_shard), ``dpr``, ``tp``, ``pp``, ``ep``. ``name`` is the strategy.
+    Size keywords: ``dp`` (dp_shard), ``dpr``, ``tp``, ``pp``, ``ep`` (others default 1).
+
+    Raises:
+      LayoutError: the sizes do not fit the strategy. TypeError: an unknown size keyword.
     """
-    fields = {
-        "dp": "data_parallel_size",
-        "dpr": "data_parallel_replicate_size",
-        "tp": "tensor_parallel_size",
-        "pp": "pipeline_parallel_size",
-        "ep": "expert_parallel_size",
-    }
+    fields = {"dp": "dp_shard", "dpr": "dp_replicate", "tp": "tp", "pp": "pp", "ep": "ep"}
     values = {field: sizes.pop(short, 1) for short, field in fields.items()}
     if sizes:
         raise TypeError(f"unknown size keywords {sorted(sizes)}")
+    dims = ParallelDims(strategy=strategy, world_size=world_size, **values)
     return SimpleNamespace(
-        name=strategy, model=model, strategy=strategy, world_size=world_size, **values
+        name=strategy, model=model, strategy=strategy, world_size=world_size, dims=dims
     )

@@ -13,6 +13,15 @@ from gcsckpt.parallel.mesh import build_mesh
 
 SAVE_SEED, FRESH_SEED = 11, 22
 
+# What the rank forkserver imports once (transformers' model classes load lazily otherwise).
+PRELOAD = (
+    "torch",
+    "torch.distributed.checkpoint",
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.olmoe.modeling_olmoe",
+    "gcsckpt.parallel.app_state",
+)
+
 
 class CountingReader(FileSystemReader):
     """The stock reader, counting the ReadItems and tensor bytes this rank's plan reads."""
@@ -32,12 +41,12 @@ def save_then_load(rank: int, cases: list, root: str) -> dict[str, Any]:
     """For each case: save a SAVE_SEED state, load it into a FRESH_SEED state, report sums."""
     out = {}
     for case in cases:
-        mesh = build_mesh(case, "cpu")
-        saved = build_app_state(case, mesh, seed=SAVE_SEED, device="cpu")
+        mesh = build_mesh(case.dims, "cpu")
+        saved = build_app_state(case.model, case.dims, mesh, seed=SAVE_SEED, device="cpu")
         saved_sums = local_checksums(saved)
         path = f"{root}/{case.name}"
         dcp.save(saved, storage_writer=FileSystemWriter(path))
-        fresh = build_app_state(case, mesh, seed=FRESH_SEED, device="cpu")
+        fresh = build_app_state(case.model, case.dims, mesh, seed=FRESH_SEED, device="cpu")
         before = local_checksums(fresh)
         reader = CountingReader(path)
         dcp.load(fresh, storage_reader=reader)
@@ -57,9 +66,11 @@ def load_across(rank: int, saved_case, cases: list, root: str) -> dict[str, Any]
     out = {}
     path = f"{root}/{saved_case.name}"
     for case in cases:
-        mesh = build_mesh(case, "cpu")
-        expected = local_checksums(build_app_state(case, mesh, seed=SAVE_SEED, device="cpu"))
-        fresh = build_app_state(case, mesh, seed=FRESH_SEED, device="cpu")
+        mesh = build_mesh(case.dims, "cpu")
+        expected = local_checksums(
+            build_app_state(case.model, case.dims, mesh, seed=SAVE_SEED, device="cpu")
+        )
+        fresh = build_app_state(case.model, case.dims, mesh, seed=FRESH_SEED, device="cpu")
         dcp.load(fresh, storage_reader=FileSystemReader(path))
         out[case.name] = {"expected": expected, "after": local_checksums(fresh)}
     return out

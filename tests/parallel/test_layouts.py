@@ -18,23 +18,25 @@ def _sharded(case, rank):
     """(FQN -> parameter, layout) of ``rank`` on ``meta`` (no storage)."""
     with fake_rank(rank, case.world_size):
         model = build_meta_model(case.model)
-        layout = apply_layout(model, case, build_mesh(case, "cpu"))
+        layout = apply_layout(model, case.dims, build_mesh(case.dims, "cpu"))
         return dict(model.named_parameters()), layout
 
 
 def test_mesh_dims_are_ordered_and_unit_dims_dropped():
     case = make_case(LLAMA, "pp_hsdp_tp", 16, pp=2, dpr=2, dp=2, tp=2)
     with fake_rank(5, 16):
-        mesh = build_mesh(case, "cpu")
+        mesh = build_mesh(case.dims, "cpu")
         assert mesh.mesh_dim_names == ("pp", "dp_replicate", "dp_shard", "tp")
         assert tuple(mesh.shape) == (2, 2, 2, 2)
-        assert build_mesh(make_case(LLAMA, "fsdp_tp", 16, dp=8, tp=2), "cpu").mesh_dim_names == (
+        assert build_mesh(
+            make_case(LLAMA, "fsdp_tp", 16, dp=8, tp=2).dims, "cpu"
+        ).mesh_dim_names == (
             "dp_shard",
             "tp",
         )
         with pytest.raises(RuntimeError, match="16 ranks but the case needs world_size 8"):
-            build_mesh(make_case(LLAMA, "fsdp", 8, dp=8), "cpu")
-    assert build_mesh(make_case(LLAMA, "fsdp", 1), "cpu") is None
+            build_mesh(make_case(LLAMA, "fsdp", 8, dp=8).dims, "cpu")
+    assert build_mesh(make_case(LLAMA, "fsdp", 1).dims, "cpu") is None
 
 
 def test_fsdp_and_hsdp_placements():
@@ -82,7 +84,7 @@ def test_pipeline_stages_partition_the_canonical_fqns(case):
         names = set(params)
         assert by_stage.setdefault(layout.pp_stage, names) == names  # same within a stage
         assert all(f"model.layers.{i}." in " ".join(names) for i in layout.layers)
-    stages = [by_stage[s] for s in range(case.pipeline_parallel_size)]
+    stages = [by_stage[s] for s in range(case.dims.pp)]
     assert set().union(*stages) == full
     assert sum(len(s) for s in stages) == len(full)  # disjoint
     assert "model.embed_tokens.weight" in stages[0]
@@ -123,7 +125,7 @@ def test_uneven_or_impossible_layouts_are_rejected():
     with pytest.raises(LayoutError, match="expert_parallel_size 4 must equal data_parallel_size 8"):
         _sharded(make_case(OLMOE, "ep", 8, dp=8, ep=4), 0)
     with pytest.raises(LayoutError, match="tensor_parallel_size must be 1 for strategy 'fsdp'"):
-        build_mesh(make_case(OLMOE, "fsdp", 16, dp=8, tp=2), "cpu")
+        build_mesh(make_case(OLMOE, "fsdp", 16, dp=8, tp=2).dims, "cpu")
 
 
 def test_tied_embeddings_cannot_be_split_across_stages():

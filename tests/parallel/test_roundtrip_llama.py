@@ -4,9 +4,9 @@ import tempfile
 
 import pytest
 
+from gcsckpt.testing.local_ranks import run_ranks
 from tests.parallel import roundtrip_worker as worker
 from tests.parallel.fake_ranks import make_case
-from tests.parallel.gloo_ranks import run_ranks
 
 LLAMA = "llama_3_1_8b:tiny"
 CASES = [
@@ -25,7 +25,15 @@ FSDP = make_case(LLAMA, "fsdp", 8, dp=8)
 def results():
     with tempfile.TemporaryDirectory() as root:
         across = [make_case(LLAMA, "fsdp_tp", 8, dp=2, tp=4), make_case(LLAMA, "pp", 8, pp=8)]
-        per_rank = run_ranks(worker.save_load_then_across, 8, [FSDP, *CASES], FSDP, across, root)
+        per_rank = run_ranks(
+            worker.save_load_then_across,
+            8,
+            [FSDP, *CASES],
+            FSDP,
+            across,
+            root,
+            preload=worker.PRELOAD,
+        )
     return [r[0] for r in per_rank], [r[1] for r in per_rank]
 
 

@@ -4,9 +4,9 @@ import tempfile
 
 import pytest
 
+from gcsckpt.testing.local_ranks import run_ranks
 from tests.parallel import roundtrip_worker as worker
 from tests.parallel.fake_ranks import make_case
-from tests.parallel.gloo_ranks import run_ranks
 
 OLMOE = "olmoe_1b_7b_0924:tiny"
 FSDP = make_case(OLMOE, "fsdp", 8, dp=8)
@@ -17,7 +17,15 @@ TP = make_case(OLMOE, "tp", 8, tp=8)
 @pytest.fixture(scope="module")
 def results():
     with tempfile.TemporaryDirectory() as root:
-        per_rank = run_ranks(worker.save_load_then_across, 8, [FSDP, EP], FSDP, [EP, TP], root)
+        per_rank = run_ranks(
+            worker.save_load_then_across,
+            8,
+            [FSDP, EP],
+            FSDP,
+            [EP, TP],
+            root,
+            preload=worker.PRELOAD,
+        )
     return [r[0] for r in per_rank], [r[1] for r in per_rank]
 
 

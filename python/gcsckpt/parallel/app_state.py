@@ -1,4 +1,4 @@
-"""The state a rank saves or loads for a case: seeded model + AdamW state in the case's layout."""
+"""The state a rank saves or loads: a seeded model + AdamW state in a layout (``ParallelDims``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from torch.distributed.device_mesh import DeviceMesh
 from gcsckpt.models.builder import build_meta_model
 from gcsckpt.models.configs import config_dict, parse_model_spec, with_scale
 from gcsckpt.models.state import app_state_dict, attach_adamw_state, materialize
+from gcsckpt.parallel.dims import SIZE_NAMES, ParallelDims
 from gcsckpt.parallel.layout import Layout, apply_layout
-from gcsckpt.parallel.strategies import DIM_FIELDS, check_dims
+from gcsckpt.parallel.strategies import MESH_DIMS
 
 # Bump when the synthetic values or the state-dict structure change, so old checkpoints are
 # not reused against new checksums.
@@ -33,22 +34,33 @@ class RankState:
 
 
 def build_rank_state(
-    case: Any, mesh: DeviceMesh | None, *, seed: int, device: torch.device | str
+    model_spec: str,
+    dims: ParallelDims,
+    mesh: DeviceMesh | None,
+    *,
+    seed: int,
+    device: torch.device | str,
 ) -> RankState:
-    """Builds ``case.model`` on ``meta``, applies the case's layout, materializes this rank's
-    shards on ``device`` with values keyed by (seed, FQN) and attaches a seeded AdamW state.
+    """Builds ``model_spec`` on ``meta``, applies the layout ``dims`` on ``mesh``, materializes
+    this rank's shards on ``device`` with values keyed by (seed, FQN) and attaches a seeded AdamW
+    state.
 
     Raises: see ``apply_layout`` and ``parse_model_spec``.
     """
-    model = build_meta_model(case.model)
-    layout = apply_layout(model, case, mesh)
+    model = build_meta_model(model_spec)
+    layout = apply_layout(model, dims, mesh)
     materialize(model, device, seed)
     optimizer = attach_adamw_state(model, seed)
     return RankState(model, optimizer, layout, app_state_dict(model, optimizer))
 
 
 def build_app_state(
-    case: Any, mesh: DeviceMesh | None, *, seed: int, device: torch.device | str
+    model_spec: str,
+    dims: ParallelDims,
+    mesh: DeviceMesh | None,
+    *,
+    seed: int,
+    device: torch.device | str,
 ) -> dict[str, Any]:
     """The state dict to pass to ``dcp.save`` / ``dcp.load`` on this rank.
 
@@ -58,22 +70,28 @@ def build_app_state(
     scalars. A different ``seed`` gives different values (fill a fresh state before each timed
     load); the same seed gives the same global values under every layout.
     """
-    return build_rank_state(case, mesh, seed=seed, device=device).state_dict
+    return build_rank_state(model_spec, dims, mesh, seed=seed, device=device).state_dict
 
 
-def case_config_hash(case: Any, model_scale: str | None = None, *, seed: int | None = None) -> str:
+def state_config_hash(
+    model_spec: str,
+    dims: ParallelDims,
+    model_scale: str | None = None,
+    *,
+    seed: int | None = None,
+) -> str:
     """A 16-hex-digit digest of everything that fixes a saved checkpoint's bytes and layout.
 
-    Covers the resolved model config (``case.model`` at ``model_scale`` when given), strategy,
+    Covers the resolved model config (``model_spec`` at ``model_scale`` when given), strategy,
     world size and parallel sizes, ``STATE_FORMAT_VERSION`` and torch's major.minor version
-    (DCP's format), plus ``seed`` when given. Not covered: rounds, sweep axis, bucket kind.
-    Reuse a stored checkpoint only when the digest (and the save seed) match.
+    (DCP's format), plus ``seed`` when given. Nothing else of a caller's record (a benchmark
+    case's rounds, sweep axis, bucket kind) enters it. Reuse a stored checkpoint only when the
+    digest (and the save seed) match.
 
     Raises:
-      LayoutError / ModelSpecError: invalid case or model spec.
+      ModelSpecError: invalid model spec or scale.
     """
-    check_dims(case)
-    spec = case.model if model_scale is None else with_scale(case.model, model_scale)
+    spec = model_spec if model_scale is None else with_scale(model_spec, model_scale)
     parsed = parse_model_spec(spec)
     payload = {
         "format": STATE_FORMAT_VERSION,
@@ -81,10 +99,11 @@ def case_config_hash(case: Any, model_scale: str | None = None, *, seed: int | N
         "model": parsed.key,
         "scale": parsed.scale,
         "config": config_dict(parsed),
-        "strategy": case.strategy,
-        "world_size": case.world_size,
-        "sizes": {field: getattr(case, field) for field in DIM_FIELDS.values()},
-        "expert_parallel_size": case.expert_parallel_size,
+        "strategy": dims.strategy,
+        "world_size": dims.world_size,
+        # Keyed by the long size names, as before ParallelDims: stored digests stay valid.
+        "sizes": {SIZE_NAMES[dim]: getattr(dims, dim) for dim in MESH_DIMS},
+        "expert_parallel_size": dims.ep,
         "seed": seed,
     }
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"))

@@ -1,39 +1,34 @@
-"""A case's device mesh over dims ``pp``, ``dp_replicate``, ``dp_shard``, ``tp`` (non-unit ones)."""
+"""A layout's device mesh over dims ``pp``, ``dp_replicate``, ``dp_shard``, ``tp`` (non-unit)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from gcsckpt.parallel.strategies import check_dims, mesh_layout
+from gcsckpt.parallel.dims import ParallelDims
 
 
-def build_mesh(case: Any, device_type: str = "cpu") -> DeviceMesh | None:
-    """``init_device_mesh(device_type, sizes, mesh_dim_names=dims)`` for the case's layout.
+def build_mesh(dims: ParallelDims, device_type: str = "cpu") -> DeviceMesh | None:
+    """``init_device_mesh(device_type, dims.mesh_shape, mesh_dim_names=dims.mesh_dim_names)``.
 
     Args:
-      case: a ``gcsckpt.bench.cases.Case`` (or any object with its size fields).
+      dims: the layout's sizes (already validated).
       device_type: ``"cpu"`` (gloo or fake) or ``"cuda"`` (nccl).
     Returns:
-      The mesh, or ``None`` when every dim is 1 (a single-rank case: no mesh, plain tensors).
+      The mesh, or ``None`` when every dim is 1 (a single-rank layout: no mesh, plain tensors).
     Raises:
-      LayoutError: the case's sizes are inconsistent (see ``strategies.check_dims``).
       RuntimeError: the default process group is missing or its size is not ``world_size``.
     """
-    check_dims(case)
-    names, sizes = mesh_layout(case)
-    if not names:
+    if not dims.mesh_dim_names:
         return None
     if not dist.is_initialized():
-        raise RuntimeError(f"case {case.strategy}: init the default process group first")
-    if dist.get_world_size() != case.world_size:
+        raise RuntimeError(f"layout {dims.strategy}: init the default process group first")
+    if dist.get_world_size() != dims.world_size:
         raise RuntimeError(
             f"process group has {dist.get_world_size()} ranks but the case needs world_size "
-            f"{case.world_size}"
+            f"{dims.world_size}"
         )
-    return init_device_mesh(device_type, sizes, mesh_dim_names=names)
+    return init_device_mesh(device_type, dims.mesh_shape, mesh_dim_names=dims.mesh_dim_names)
 
 
 def sub_mesh(mesh: DeviceMesh | None, *dims: str) -> DeviceMesh | None:

@@ -91,7 +91,7 @@ def ensure_table(
     if missing:
         raise BigQueryPublishError(
             f"BigQuery table {table_id} lacks columns {missing}; add them (see "
-            "python/gcsckpt/bench/bigquery_schema.json) before publishing"
+            "python/gcsckpt/bench/publish/bigquery_schema.json) before publishing"
         )
     return table
 

@@ -14,8 +14,8 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from gcsckpt.bench.metrics import THROUGHPUT_COLUMN
 from gcsckpt.bench.publish.table import reader_order
+from gcsckpt.bench.record.metrics import THROUGHPUT_COLUMN
 
 Row = Mapping[str, Any]
 _MB = 1e6

@@ -7,11 +7,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from gcsckpt.bench.metrics import add_baseline_ratios
 from gcsckpt.bench.publish.plot import write_throughput_plot
 from gcsckpt.bench.publish.results_files import ResultFiles, write_results
 from gcsckpt.bench.publish.schema import load_columns, validate_rows
 from gcsckpt.bench.publish.table import print_report
+from gcsckpt.bench.record.metrics import add_baseline_ratios
 
 PLOT_NAME = "throughput.png"
 

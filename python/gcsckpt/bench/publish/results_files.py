@@ -1,4 +1,5 @@
-"""results.json and results.csv: the run's rows on disk, in schema column order.
+"""results.json and results.csv: the run's rows on disk, in schema column order; other JSON
+documents (the range-read benchmark's) written the same way.
 
 The CSV has every schema column (null as an empty field, booleans as true/false) so it can be
 loaded into BigQuery by column name, as the gcsfs subsystem benchmarks load theirs.
@@ -83,6 +84,20 @@ def write_results(
     _replace_atomically(files.json_path, write_json)
     _replace_atomically(files.csv_path, write_csv)
     return files
+
+
+def write_json_document(path: Path | str, document: Any) -> None:
+    """Writes any JSON-serializable ``document`` to ``path`` (indented, replaced atomically).
+
+    Raises:
+      TypeError: a value is not JSON-serializable. OSError: the file cannot be written.
+    """
+
+    def write(f: Any) -> None:
+        json.dump(document, f, indent=1)
+        f.write("\n")
+
+    _replace_atomically(Path(path), write)
 
 
 def read_results_json(path: Path | str) -> list[dict[str, Any]]:

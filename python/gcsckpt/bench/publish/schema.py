@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-SCHEMA_PATH = Path(__file__).parent.parent / "bigquery_schema.json"
+SCHEMA_PATH = Path(__file__).parent / "bigquery_schema.json"
 
 _TYPES = ("STRING", "INTEGER", "FLOAT", "BOOLEAN", "TIMESTAMP")
 _MODES = ("NULLABLE", "REQUIRED")

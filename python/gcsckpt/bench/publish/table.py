@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from gcsckpt.bench.metrics import THROUGHPUT_COLUMN
+from gcsckpt.bench.record.metrics import THROUGHPUT_COLUMN
 
 Row = Mapping[str, Any]
 _MB = 1e6
@@ -22,7 +22,8 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _markdown(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
+def markdown_table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table: one header row, one row per ``body`` entry (cells escaped)."""
     lines = ["| " + " | ".join(_cell(h) for h in header) + " |"]
     lines.append("|" + "|".join("---" for _ in header) + "|")
     lines.extend("| " + " | ".join(_cell(c) for c in row) + " |" for row in body)
@@ -79,7 +80,7 @@ def summary_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str
                 cells.append(_number(row.get(THROUGHPUT_COLUMN), ".1f", _MB))
         ratio = throughput_ratio(rows, case, candidate, baseline)
         body.append([case, *cells, _MISSING if ratio is None else f"{ratio:.1f}x"])
-    return _markdown(header, body)
+    return markdown_table(header, body)
 
 
 def detail_table(rows: Sequence[Row]) -> str:
@@ -125,7 +126,7 @@ def detail_table(rows: Sequence[Row]) -> str:
                 _number(row.get("memory_usage_peak_bytes"), ".2f", 2**30),
             ]
         )
-    return _markdown(header, body)
+    return markdown_table(header, body)
 
 
 def format_report(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = "fsspec") -> str:

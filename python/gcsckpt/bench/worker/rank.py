@@ -1,30 +1,28 @@
 """The rank entry: join the process group, run one job, gather every rank's result.
 
 The same code serves both launchers: ``spawned_rank_main`` is what the single-machine runner
-starts once per rank (TCP rendezvous on a free loopback port), and ``init_from_env`` joins a
-group started by ``torchrun`` (``env://`` rendezvous: RANK, WORLD_SIZE, MASTER_ADDR, ...), after
-which the runner calls ``run_job`` in every rank process itself.
+runs on every rank through ``gcsckpt.testing.local_ranks`` (which joins the group over a free
+loopback port), and ``init_from_env`` joins a group started by ``torchrun`` (``env://``
+rendezvous: RANK, WORLD_SIZE, MASTER_ADDR, ...), after which the runner calls ``run_job`` in
+every rank process itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.bench.progress import rank_reporter
-from gcsckpt.bench.worker_jobs import LoadJob, SetupJob
-from gcsckpt.bench.worker_load import describe_error, run_load
-from gcsckpt.bench.worker_setup import run_setup
-
-RESULT_FILE = "results.pkl"
+from gcsckpt.bench.record.progress import rank_reporter
+from gcsckpt.bench.worker.jobs import LoadJob, SetupJob
+from gcsckpt.bench.worker.load_job import describe_error, run_load
+from gcsckpt.bench.worker.setup_job import run_setup
+from gcsckpt.testing.local_ranks import backend_for
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,11 +31,6 @@ class RankFailure:
 
     rank: int
     message: str
-
-
-def backend_for(device: str) -> str:
-    """``gloo`` for CPU ranks, ``nccl`` for CUDA ranks."""
-    return "nccl" if device == "cuda" else "gloo"
 
 
 def _use_device(device: str, local_rank: int) -> None:
@@ -64,37 +57,14 @@ def run_job(job: SetupJob | LoadJob, queue: Any = None) -> list[Any]:
     return gathered
 
 
-def spawned_rank_main(
-    local_rank: int,
-    job: SetupJob | LoadJob,
-    port: int,
-    result_dir: str,
-    queue: Any,
-    timeout_s: float,
-) -> None:
-    """Entry of one spawned rank (``torch.multiprocessing.start_processes`` passes the rank).
+def spawned_rank_main(rank: int, job: SetupJob | LoadJob, queue: Any) -> list[Any] | None:
+    """Entry of one rank that ``SpawnLauncher`` started (group already joined): runs the job.
 
-    Joins a ``world_size = job.case.world_size`` group at ``tcp://127.0.0.1:port``, runs the
-    job, and rank 0 pickles the gathered results to ``result_dir/results.pkl``.
+    Returns:
+      On rank 0 the gathered results (see ``run_job``); None on the other ranks.
     """
-    os.environ["OMP_NUM_THREADS"] = "1"
-    _use_device(job.device, local_rank)
-    dist.init_process_group(
-        backend_for(job.device),
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=local_rank,
-        world_size=job.case.world_size,
-        timeout=timedelta(seconds=timeout_s),
-    )
-    try:
-        gathered = run_job(job, queue)
-        if local_rank == 0:
-            target = Path(result_dir, RESULT_FILE)
-            tmp = target.with_suffix(".tmp")
-            tmp.write_bytes(pickle.dumps(gathered))
-            os.replace(tmp, target)
-    finally:
-        dist.destroy_process_group()
+    gathered = run_job(job, queue)
+    return gathered if rank == 0 else None
 
 
 def init_from_env(device: str, timeout_s: float) -> None:

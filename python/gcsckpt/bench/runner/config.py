@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from gcsckpt.bench.runner_storage import DEFAULT_LOCAL_DIR, parse_bucket
-from gcsckpt.bench.worker_jobs import READERS
+from gcsckpt.bench.cases.catalogue import Case
+from gcsckpt.bench.cases.selection import select_run_cases
+from gcsckpt.bench.runner.bucket_type import run_bucket_type
+from gcsckpt.bench.runner.storage import DEFAULT_LOCAL_DIR, parse_bucket
+from gcsckpt.bench.worker.jobs import READERS
 from gcsckpt.models.configs import SCALES
 
 DEVICES = ("cpu", "cuda")
@@ -100,3 +103,21 @@ class RunConfig:
         if reader == BASELINE_READER and self.baseline_rounds is not None:
             return self.baseline_rounds
         return rounds
+
+    def selected_cases(self) -> list[Case]:
+        """The cases this run loads, in catalogue order (the one place a run selects them),
+        named for the run's bucket type (read from the bucket's metadata when there is one).
+
+        Raises:
+          CaseError: an invalid catalogue, axis or override, or a ``cases`` glob that matches
+            nothing (see ``cases.selection.select_run_cases``).
+          google.api_core.exceptions.GoogleAPICallError: the bucket's metadata is unreadable.
+        """
+        return select_run_cases(
+            self.catalogue,
+            patterns=self.cases,
+            axes=self.sweep_axes,
+            model_scale=self.model_scale,
+            world_size_override=self.world_size_override,
+            bucket_type=run_bucket_type(self.bucket, self.endpoint),
+        )

@@ -75,7 +75,6 @@ class LoadJob:
       case, storage, device: as in SetupJob.
       reader: ``gcsckpt`` or ``fsspec``.
       rounds: timed rounds (>= 1).
-      reader_options: keyword arguments for ``GCSStorageReader`` (gcsckpt only).
     """
 
     case: Any
@@ -83,7 +82,6 @@ class LoadJob:
     reader: str
     rounds: int
     device: str = "cpu"
-    reader_options: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.reader not in READERS:

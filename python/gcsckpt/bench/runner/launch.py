@@ -1,12 +1,10 @@
 """Launchers: how the runner gets a job run on every rank of a case's world.
 
-``SpawnLauncher`` (single machine, the default) starts one process per rank with
-``torch.multiprocessing.start_processes`` on a free loopback port, relays their progress messages
-to the display, enforces a wall-clock limit and returns rank 0's gathered results. Rank
-processes come from a forkserver that imported torch, transformers and the worker once: on 2
-cores that saves ~2 CPU-seconds per rank and job over plain ``spawn``, and, unlike ``fork``, the
-ranks do not inherit the runner's threads (resource sampler, LocalGCS). Each job gets fresh
-processes, so setup memory is returned before the timed rounds.
+``SpawnLauncher`` (single machine, the default) runs each job on fresh local rank processes
+through ``gcsckpt.testing.local_ranks`` (the launcher the tests use too: forkserver with torch,
+transformers and the worker preloaded, a free loopback port), relays the ranks' progress
+messages to the display, enforces a wall-clock limit and returns rank 0's gathered results.
+Fresh processes per job return setup memory before the timed rounds.
 
 ``TorchrunLauncher`` is for processes started by ``torchrun`` (one per rank, any number of
 nodes): the group is already formed (``env://``), so every rank calls the job itself.
@@ -14,18 +12,13 @@ nodes): the group is already formed (``env://``), so every rank calls the job it
 
 from __future__ import annotations
 
-import pickle
-import tempfile
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from gcsckpt.bench.worker import RESULT_FILE, run_job, spawned_rank_main
-from gcsckpt.testing.ports import free_port
+from gcsckpt.bench.worker.rank import run_job, spawned_rank_main
+from gcsckpt.testing.local_ranks import LocalRanks, RankError
 
 # Imported once by the forkserver, shared copy-on-write by every rank process it forks.
 _PRELOAD = [
@@ -34,10 +27,10 @@ _PRELOAD = [
     "transformers",
     "transformers.models.olmoe.modeling_olmoe",
     "transformers.models.llama.modeling_llama",
-    "gcsckpt.bench.worker",
+    "gcsckpt.bench.worker.rank",
 ]
-_POLL_S = 0.2
 _QUEUE_SIZE = 10_000
+_GRACE_S = 60.0  # past the collective timeout: a hung collective raises inside the ranks first
 
 
 class JobError(RuntimeError):
@@ -63,9 +56,7 @@ class SpawnLauncher:
     def __init__(self, timeout_s: float = 1800.0, start_method: str = "forkserver") -> None:
         self.timeout_s = timeout_s
         self.start_method = start_method
-        self._context = mp.get_context(start_method)
-        if start_method == "forkserver":
-            self._context.set_forkserver_preload(_PRELOAD)
+        self._ranks = LocalRanks(_PRELOAD, start_method=start_method, timeout_s=timeout_s)
 
     def agree(self, value: Any) -> Any:
         """One process decides everything here: the value is already agreed."""
@@ -83,46 +74,32 @@ class SpawnLauncher:
           JobError: a rank process raised or exited (the message names the rank and the
             error's last line), the job exceeded ``timeout_s``, or rank 0 left no results.
         """
-        queue = self._context.Queue(_QUEUE_SIZE)
+        queue = self._ranks.queue(_QUEUE_SIZE)
         world = job.case.world_size
-        with tempfile.TemporaryDirectory(prefix="gcsckpt-job-") as result_dir:
-            args = (job, free_port(), result_dir, queue, self.timeout_s)
-            context = mp.start_processes(
+        poll = None if on_progress is None else (lambda: on_progress(queue))
+        try:
+            per_rank = self._ranks.run(
                 spawned_rank_main,
-                args=args,
-                nprocs=world,
-                join=False,
-                start_method=self.start_method,
+                world,
+                job,
+                queue,
+                device=job.device,
+                on_poll=poll,
+                wall_limit_s=self.timeout_s + _GRACE_S,
             )
-            deadline = time.monotonic() + self.timeout_s + 60.0  # collectives time out first
-            try:
-                while not context.join(timeout=_POLL_S):
-                    if on_progress is not None:
-                        on_progress(queue)
-                    if time.monotonic() > deadline:
-                        raise JobError(
-                            f"{job.label}: no result after {self.timeout_s:.0f} s on {world} ranks"
-                        )
-            except mp.ProcessRaisedException as err:
+        except RankError as err:
+            if err.rank is None:
                 raise JobError(
-                    f"{job.label}: rank {err.error_index} failed: {_last_line(str(err))}"
+                    f"{job.label}: no result after {self.timeout_s:.0f} s on {world} ranks"
                 ) from err
-            except mp.ProcessExitedException as err:
+            if err.traceback is not None:  # its last line says what was raised
                 raise JobError(
-                    f"{job.label}: rank {err.error_index} exited with code {err.exit_code}"
+                    f"{job.label}: rank {err.rank} failed: {_last_line(err.traceback)}"
                 ) from err
-            finally:
-                for process in context.processes:
-                    if process.is_alive():
-                        process.kill()
-                        process.join(5)
-                if on_progress is not None:
-                    on_progress(queue)
-                queue.close()
-            path = Path(result_dir, RESULT_FILE)
-            if not path.exists():
-                raise JobError(f"{job.label}: rank 0 exited without writing results")
-            return pickle.loads(path.read_bytes())
+            raise JobError(f"{job.label}: {err}") from err
+        finally:
+            queue.close()
+        return per_rank[0]
 
 
 class TorchrunLauncher:

@@ -22,28 +22,28 @@ from typing import Any, TextIO
 
 from rich.console import Console
 
-from gcsckpt.bench.case_result import CaseInfo, CaseResult, RunContext
-from gcsckpt.bench.cases import Case
-from gcsckpt.bench.host import collect_host_facts, package_version
-from gcsckpt.bench.metrics import case_row
-from gcsckpt.bench.progress import ProgressDisplay
+from gcsckpt.bench.cases.catalogue import Case
 from gcsckpt.bench.publish.report import PublishedReport, publish_report
-from gcsckpt.bench.resources import ResourceSampler
-from gcsckpt.bench.runner_cases import select_run_cases
-from gcsckpt.bench.runner_config import BASELINE_READER, RunConfig
-from gcsckpt.bench.runner_launch import JobError, SpawnLauncher
-from gcsckpt.bench.runner_manifest import (
+from gcsckpt.bench.record.case_result import CaseInfo, CaseResult, RunContext
+from gcsckpt.bench.record.host import collect_host_facts, package_version
+from gcsckpt.bench.record.metrics import case_row
+from gcsckpt.bench.record.progress import ProgressDisplay
+from gcsckpt.bench.record.resources import ResourceSampler
+from gcsckpt.bench.runner.config import BASELINE_READER, RunConfig
+from gcsckpt.bench.runner.launch import JobError, SpawnLauncher
+from gcsckpt.bench.runner.manifest import (
     SetupManifest,
     delete_prefix,
     read_manifest,
     reusable,
     write_manifest,
 )
-from gcsckpt.bench.runner_results import load_result
-from gcsckpt.bench.runner_storage import BenchStorage
-from gcsckpt.bench.worker import RankFailure, backend_for
-from gcsckpt.bench.worker_jobs import SAVE_SEED, LoadJob, SetupJob, Storage
-from gcsckpt.parallel.app_state import case_config_hash
+from gcsckpt.bench.runner.results import load_result
+from gcsckpt.bench.runner.storage import BenchStorage
+from gcsckpt.bench.worker.jobs import SAVE_SEED, LoadJob, SetupJob, Storage
+from gcsckpt.bench.worker.rank import RankFailure
+from gcsckpt.parallel.app_state import state_config_hash
+from gcsckpt.testing.local_ranks import backend_for
 
 CANDIDATE_READER = "gcsckpt"
 RESULTS_ROOT = os.path.join("~", ".cache", "gcsckpt", "results")
@@ -148,7 +148,7 @@ class _Run:
         Raises:
           SetupError: a rank failed to save; or the save left no ``.metadata``.
         """
-        config_hash = case_config_hash(case, seed=SAVE_SEED)
+        config_hash = state_config_hash(case.model, case.parallel_dims, seed=SAVE_SEED)
         client = self.storage.client if self.launcher.is_leader else None
         why, manifest = None, None
         if self.launcher.is_leader:
@@ -207,7 +207,7 @@ class _Run:
     def case(self, case: Case) -> list[CaseResult]:
         """All readers' results for one case; a setup failure fails every reader's row."""
         info = CaseInfo.from_case(case, self.config.model_scale)
-        spec = self.storage.for_case(case.name)
+        spec = self.storage.for_case(case.base_name)  # the same objects whatever the bucket type
         try:
             manifest = self.ensure_checkpoint(case, spec)
         except Exception as err:  # any setup failure is this case's, never the run's
@@ -254,7 +254,7 @@ def run_benchmark(
       launcher: ``SpawnLauncher`` (default) or ``TorchrunLauncher``.
       out: where the tables and notes go (stdout by default).
       live_progress: force the live progress view on or off (default: when stderr is a tty).
-      cases: the cases to run, already selected (default: selected from ``config``).
+      cases: the cases to run, already selected (default: ``config.selected_cases()``).
 
     Returns:
       RunOutcome (failed cases are in it; they do not raise).
@@ -267,13 +267,7 @@ def run_benchmark(
     out = out or sys.stdout
     launcher = launcher or SpawnLauncher(timeout_s=config.job_timeout_s)
     if cases is None:
-        cases = select_run_cases(
-            config.catalogue,
-            patterns=config.cases,
-            axes=config.sweep_axes,
-            model_scale=config.model_scale,
-            world_size_override=config.world_size_override,
-        )
+        cases = config.selected_cases()
     started = datetime.datetime.now(datetime.UTC)
     run_id = new_run_id(started)
     output_dir = Path(os.path.expanduser(config.output_dir or os.path.join(RESULTS_ROOT, run_id)))

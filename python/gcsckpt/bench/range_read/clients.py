@@ -15,7 +15,7 @@ import urllib.parse
 
 import numpy as np
 
-from gcsckpt.bench.range_read_cases import RangeSet
+from gcsckpt.bench.range_read.ranges import RangeSet
 from gcsckpt.io import RangeReader, RangeRequest
 
 

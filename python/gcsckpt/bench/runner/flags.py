@@ -12,9 +12,9 @@ import re
 
 from absl import app, flags
 
-from gcsckpt.bench.runner_config import DEVICES, RunConfig
-from gcsckpt.bench.runner_storage import DEFAULT_LOCAL_DIR
-from gcsckpt.bench.worker_jobs import READERS
+from gcsckpt.bench.runner.config import DEVICES, RunConfig
+from gcsckpt.bench.runner.storage import DEFAULT_LOCAL_DIR
+from gcsckpt.bench.worker.jobs import READERS
 from gcsckpt.models.configs import SCALES
 
 FLAGS = flags.FLAGS

@@ -21,16 +21,16 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.bench import baseline
-from gcsckpt.bench.worker_jobs import (
+from gcsckpt.bench.worker import baseline
+from gcsckpt.bench.worker.jobs import (
     LoadJob,
     RankLoadResult,
     RankRound,
     checksums_object,
     round_seed,
 )
-from gcsckpt.bench.worker_planner import counting_planner_for
-from gcsckpt.bench.worker_setup import rank_device
+from gcsckpt.bench.worker.planner import counting_planner_for
+from gcsckpt.bench.worker.setup_job import rank_device
 from gcsckpt.dcp import GCSStorageReader, ObjectStore
 from gcsckpt.models.state import expected_bytes, local_checksums
 from gcsckpt.parallel.app_state import build_app_state
@@ -66,9 +66,7 @@ def _saved_checksums(job: LoadJob, rank: int) -> dict[str, Any]:
 
 def _make_reader(job: LoadJob):
     if job.reader == "gcsckpt":
-        return GCSStorageReader(
-            job.storage.checkpoint_url, endpoint=job.storage.endpoint, **job.reader_options
-        )
+        return GCSStorageReader(job.storage.checkpoint_url, endpoint=job.storage.endpoint)
     return baseline.make_fsspec_reader(job.storage.checkpoint_url, job.storage.endpoint)
 
 
@@ -113,12 +111,13 @@ def run_load(job: LoadJob, report) -> RankLoadResult:
     rank = dist.get_rank()
     device = rank_device(job.device)
     saved = _saved_checksums(job, rank)
-    mesh = build_mesh(job.case, device.type)
+    dims = job.case.parallel_dims
+    mesh = build_mesh(dims, device.type)
     rounds: list[RankRound] = []
     for index in range(job.rounds):
         label = f"{job.reader} round {index + 1}/{job.rounds}"
         report(f"{label}: build state", 0, None)
-        state = build_app_state(job.case, mesh, seed=round_seed(index), device=device)
+        state = build_app_state(job.case.model, dims, mesh, seed=round_seed(index), device=device)
         needed = expected_bytes(state)
         reader = _make_reader(job)
         planner = counting_planner_for(

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gcsckpt.bench.case_result import (
+from gcsckpt.bench.record.case_result import (
     COUNT_FIELDS,
     SECONDS_FIELDS,
     STATUS_OK,
@@ -29,8 +29,8 @@ from gcsckpt.bench.case_result import (
     RoundRecord,
     RunContext,
 )
-from gcsckpt.bench.host import HostFacts
-from gcsckpt.bench.resources import ResourceUsage
+from gcsckpt.bench.record.host import HostFacts
+from gcsckpt.bench.record.resources import ResourceUsage
 
 Row = dict[str, Any]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gcsckpt.bench.worker_jobs import Storage
+from gcsckpt.bench.worker.jobs import Storage
 from gcsckpt.testing import LocalGCS, storage_client
 
 LOCAL_BUCKET = "gcsckpt-bench"
@@ -93,11 +93,6 @@ class BenchStorage:
         if self._local is not None:
             self._local.stop()
             self._local = None
-
-    @property
-    def local(self) -> LocalGCS | None:
-        """The running LocalGCS, when this is the local endpoint."""
-        return self._local
 
     @property
     def client(self) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gcsckpt.bench.case_result import (
+from gcsckpt.bench.record.case_result import (
     STATUS_FAILED,
     STATUS_OK,
     CaseInfo,
@@ -18,10 +18,10 @@ from gcsckpt.bench.case_result import (
     RankCounters,
     RoundRecord,
 )
-from gcsckpt.bench.resources import ResourceUsage
-from gcsckpt.bench.runner_manifest import SetupManifest
-from gcsckpt.bench.worker import RankFailure
-from gcsckpt.bench.worker_jobs import RankLoadResult, RankRound
+from gcsckpt.bench.record.resources import ResourceUsage
+from gcsckpt.bench.runner.manifest import SetupManifest
+from gcsckpt.bench.worker.jobs import RankLoadResult, RankRound
+from gcsckpt.bench.worker.rank import RankFailure
 
 _LISTED = 3  # keys named per failing rank in a message
 _PROBLEMS = 4  # problems quoted in one error message; the rest are counted

@@ -1,11 +1,17 @@
 """Range-read benchmark results: one row per (endpoint, range size, client, concurrency), the
-ratios to gcsfs and to the raw ceiling, a printed table and a JSON document."""
+ratios to gcsfs and to the raw ceiling; printed as a Markdown table and written as a JSON document
+through ``gcsckpt.bench.publish`` (the checkpoint benchmark's table and file writers)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gcsckpt.bench.publish.results_files import write_json_document
+from gcsckpt.bench.publish.table import markdown_table
 
 GiB = 1 << 30
 
@@ -86,33 +92,25 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_table(title: str, rows: list[Row]) -> None:
-    """Prints the rows as one table (rich), grouped by endpoint and range size."""
-    from rich.console import Console
-    from rich.table import Table
+_HEADER = (
+    "endpoint",
+    "ranges",
+    "client",
+    "conc",
+    "MB/s",
+    "req/s",
+    "CPU s/GiB",
+    "ampl",
+    "x gcsfs",
+    "x ceiling",
+    "ok",
+)
 
-    table = Table(title=title, show_lines=False)
-    for header in (
-        "endpoint",
-        "ranges",
-        "client",
-        "conc",
-        "MB/s",
-        "req/s",
-        "CPU s/GiB",
-        "ampl",
-        "x gcsfs",
-        "x ceiling",
-        "ok",
-    ):
-        table.add_column(header, justify="left" if header in ("endpoint", "client") else "right")
-    previous = None
-    for r in rows:
-        group = (r.endpoint, r.group)
-        if previous is not None and group != previous:
-            table.add_section()
-        previous = group
-        table.add_row(
+
+def format_table(title: str, rows: Sequence[Row]) -> str:
+    """The rows as a titled Markdown table, in run order (grouped by endpoint and range size)."""
+    body = [
+        (
             r.endpoint,
             f"{r.ranges} x {r.range_size}",
             r.client + "".join(f" {k}={v}" for k, v in r.params.items()),
@@ -125,16 +123,23 @@ def print_table(title: str, rows: list[Row]) -> None:
             _fmt(r.vs_ceiling, ".2f"),
             "yes" if r.verified else "NO",
         )
-    Console(width=160).print(table)
+        for r in rows
+    ]
+    return f"### {title}\n\n{markdown_table(_HEADER, body)}"
 
 
-def write_json(path: str, settings: dict, host: dict, rows, tuning) -> None:
-    """Writes {"settings", "host", "rows", "tuning"} to `path`."""
+def write_json(
+    path: str | Path,
+    settings: Mapping[str, Any],
+    host: Mapping[str, Any],
+    rows: Sequence[Row],
+    tuning: Sequence[Row],
+) -> None:
+    """Writes ``{"settings", "host", "rows", "tuning"}`` to ``path`` (replaced atomically)."""
     doc = {
-        "settings": settings,
-        "host": host,
+        "settings": dict(settings),
+        "host": dict(host),
         "rows": [r.as_dict() for r in rows],
         "tuning": [r.as_dict() for r in tuning],
     }
-    with open(path, "w") as out:
-        json.dump(doc, out, indent=1)
+    write_json_document(path, doc)

@@ -13,8 +13,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gcsckpt.bench.host import HostFacts
-from gcsckpt.bench.resources import ResourceUsage
+from gcsckpt.bench.record.host import HostFacts
+from gcsckpt.bench.record.resources import ResourceUsage
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"

@@ -8,14 +8,13 @@ useful bytes (1 MB = 1e6 bytes) over wall time of the median round; CPU is this 
 user+system time (all threads; the endpoint's nginx is not counted). Within a range-size group
 the clients take turns round by round, so load from other processes hits all alike. Every group
 also times the raw parallel-GET ceiling in the same rounds: the whole object as 8 MiB ranged GETs
-from a keep-alive Python thread pool, all 32 at once (shared/DESIGN.md, "Benchmark method").
+from a keep-alive Python thread pool, all 32 at once: what the endpoint serves at best.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -23,15 +22,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gcsckpt.bench import range_read_report as report
-from gcsckpt.bench.range_read_cases import RangeSet, make_range_set, size_label
-from gcsckpt.bench.range_read_clients import (
+from gcsckpt.bench.range_read import results as report
+from gcsckpt.bench.range_read.clients import (
     CeilingClient,
     GcsChunksClient,
     GcsfsClient,
     RawPoolClient,
     ReaderClient,
 )
+from gcsckpt.bench.range_read.ranges import RangeSet, make_range_set, size_label
+from gcsckpt.bench.record.host import collect_host_facts
 
 MiB = 1 << 20
 BUCKET = "range-read-bench"
@@ -249,13 +249,12 @@ def run_tuning(s: Settings, name: str, endpoint: str, source) -> list[report.Row
 
 
 def host_facts() -> dict:
+    """The host facts every benchmark records (``record.host``), plus the load and libcurl."""
     import _gcsio
 
     return {
-        "cpus": os.cpu_count(),
+        **dataclasses.asdict(collect_host_facts()),
         "load_avg_1m": os.getloadavg()[0],
-        "python": platform.python_version(),
-        "platform": platform.platform(),
         "libcurl": _gcsio.curl_version(),
     }
 
@@ -290,9 +289,9 @@ def run(s: Settings, output: str) -> dict:
                     tuning += run_tuning(s, label, modelled.endpoint, source)
     report.add_ratios(rows)
     report.add_ratios(tuning)
-    report.print_table("range reads (MB/s of useful bytes)", rows)
+    print(report.format_table("range reads (MB/s of useful bytes)", rows), flush=True)
     if tuning:
-        report.print_table("reader tuning sweep", tuning)
+        print("\n" + report.format_table("reader tuning sweep", tuning), flush=True)
     settings = dataclasses.asdict(s)
     settings["seconds_total"] = time.perf_counter() - started
     report.write_json(output, settings, host, rows, tuning)

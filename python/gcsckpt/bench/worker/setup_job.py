@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from gcsckpt.bench.worker_jobs import SAVE_SEED, RankSetupResult, SetupJob, checksums_object
+from gcsckpt.bench.worker.jobs import SAVE_SEED, RankSetupResult, SetupJob, checksums_object
 from gcsckpt.dcp import GCSStorageWriter, ObjectStore
 from gcsckpt.models.state import expected_bytes, local_checksums
 from gcsckpt.parallel.app_state import build_app_state
@@ -48,8 +48,9 @@ def run_setup(job: SetupJob, report) -> RankSetupResult:
     device = rank_device(job.device)
     report("setup: build state", 0, 1)
     started = time.perf_counter()
-    mesh = build_mesh(job.case, device.type)
-    state = build_app_state(job.case, mesh, seed=SAVE_SEED, device=device)
+    dims = job.case.parallel_dims
+    mesh = build_mesh(dims, device.type)
+    state = build_app_state(job.case.model, dims, mesh, seed=SAVE_SEED, device=device)
     sums = local_checksums(state)
     needed = expected_bytes(state)
     built = time.perf_counter()

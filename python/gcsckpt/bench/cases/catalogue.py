@@ -1,10 +1,17 @@
 """Benchmark cases: what a load case is, its name, validation, and the YAML catalogue.
 
-A case names a model, a parallel strategy and its sizes. Names follow
-``load-<model slug>-<strategy>[-pp<P>dpr<R>dp<D>tp<T>ep<E>]-ws<N>[-<bucket kind>]`` (only
-non-unit sizes; none for ``fsdp``), e.g. ``load-olmoe_1b_7b_0924-ep-dp8ep8-ws8``. The catalogue
-holds one baseline and one-factor variants tagged with a sweep axis (``strategy``, ``model``).
-This module imports no torch.
+A case names a model, a parallel strategy and its sizes. Names are written as the gcsfs
+subsystem benchmark's seed writes them, so result rows land beside its rows in one table:
+``load-<model slug>-<strategy, '_' -> '-'>[-pp<P>dpr<R>dp<D>tp<T>ep<E>]-ws<N>-<bucket type>``
+(only non-unit sizes; none for ``fsdp``), e.g.
+``load-llama_3_1_8b-pp-hsdp-tp-pp2dpr2dp2tp2-ws16-reg``.
+The bucket type is the run's (``BUCKET_TYPES``: ``reg``, ``zon``, ``hns`` from a real bucket's
+metadata, ``local`` for the embedded endpoint); the catalogue and the objects' prefixes use the
+name without it (``Case.base_name``). Names before this scheme (strategy with ``_``, no bucket
+type: ``Case.legacy_name``) are still accepted by ``--cases``, with a deprecation warning.
+
+The catalogue holds one baseline and one-factor variants tagged with a sweep axis (``strategy``,
+``model``). This module imports no torch.
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from gcsckpt.models.configs import (
     parse_model_spec,
     with_scale,
 )
-from gcsckpt.parallel.strategies import LayoutError, check_dims
+from gcsckpt.parallel.dims import ParallelDims
+from gcsckpt.parallel.strategies import LayoutError
 
 AXES = ("baseline", "strategy", "model")
 DEFAULT_MAX_WORLD_SIZE = 16
@@ -38,7 +46,19 @@ _SIZE_TOKENS = (  # name token, case field; in name order
     ("tp", "tensor_parallel_size"),
     ("ep", "expert_parallel_size"),
 )
+# The Case field holding each ParallelDims size.
+DIM_FIELDS = {
+    "pp": "pipeline_parallel_size",
+    "dp_replicate": "data_parallel_replicate_size",
+    "dp_shard": "data_parallel_size",
+    "tp": "tensor_parallel_size",
+    "ep": "expert_parallel_size",
+}
 _BUCKET_KIND = re.compile(r"^[a-z0-9_]+$")
+
+# Bucket types in case names: regional (flat namespace), zonal, hierarchical namespace, and the
+# embedded local endpoint (no real bucket behind it).
+BUCKET_TYPES = ("reg", "zon", "hns", "local")
 
 
 class CaseError(ValueError):
@@ -58,7 +78,8 @@ class Case:
       tensor_parallel_size, pipeline_parallel_size: tp and pp sizes.
       expert_parallel_size: EP size (``ep`` only; equals data_parallel_size).
       rounds: timed load rounds. axis: sweep axis (``baseline``, ``strategy``, ``model``).
-      bucket_kind: optional bucket flavour suffix for the name (e.g. ``zonal``), ``""`` if none.
+      bucket_kind: the bucket type the case runs on (``BUCKET_TYPES``; the runner sets the run's),
+        the name's last part; ``""``: none yet (catalogue entries).
     """
 
     model: str
@@ -79,9 +100,20 @@ class Case:
         return parse_model_spec(self.model).key
 
     @property
-    def name(self) -> str:
-        """The case name (see the module docstring)."""
-        parts = ["load", self.model_slug, self.strategy]
+    def parallel_dims(self) -> ParallelDims:
+        """The case's layout as ``gcsckpt.parallel`` takes it.
+
+        Raises:
+          LayoutError: the sizes do not fit the strategy (see ``ParallelDims``).
+        """
+        return ParallelDims(
+            strategy=self.strategy,
+            world_size=self.world_size,
+            **{dim: getattr(self, field) for dim, field in DIM_FIELDS.items()},
+        )
+
+    def _name_parts(self, strategy: str) -> list[str]:
+        parts = ["load", self.model_slug, strategy]
         if self.strategy != "fsdp":
             sizes = "".join(
                 f"{token}{getattr(self, field)}"
@@ -91,9 +123,22 @@ class Case:
             if sizes:
                 parts.append(sizes)
         parts.append(f"ws{self.world_size}")
-        if self.bucket_kind:
-            parts.append(self.bucket_kind)
-        return "-".join(parts)
+        return parts
+
+    @property
+    def base_name(self) -> str:
+        """The name without the bucket type (the catalogue's ``name``, the objects' prefix)."""
+        return "-".join(self._name_parts(self.strategy.replace("_", "-")))
+
+    @property
+    def name(self) -> str:
+        """The case name (see the module docstring): ``base_name-<bucket type>`` once set."""
+        return f"{self.base_name}-{self.bucket_kind}" if self.bucket_kind else self.base_name
+
+    @property
+    def legacy_name(self) -> str:
+        """The name before the seed's scheme (strategy with ``_``, no bucket type); deprecated."""
+        return "-".join(self._name_parts(self.strategy))
 
 
 def _label(case: Case) -> str:
@@ -118,7 +163,7 @@ def validate_case(case: Case, max_world_size: int = DEFAULT_MAX_WORLD_SIZE) -> C
     except ModelSpecError as err:
         raise CaseError(f"case {label}: model: {err}") from err
     try:
-        check_dims(case)
+        _ = case.parallel_dims  # its constructor checks the sizes against the strategy
     except LayoutError as err:
         raise CaseError(f"case {label}: {err}") from err
     if case.world_size > max_world_size:

@@ -13,12 +13,11 @@ from typing import Any
 
 from absl import app
 
-from gcsckpt.bench.cases import CaseError
-from gcsckpt.bench.flags import FLAGS, config_from_flags
-from gcsckpt.bench.runner import run_benchmark
-from gcsckpt.bench.runner_cases import select_run_cases
-from gcsckpt.bench.runner_launch import TorchrunLauncher
-from gcsckpt.bench.worker import init_from_env
+from gcsckpt.bench.cases.catalogue import CaseError
+from gcsckpt.bench.runner.benchmark import run_benchmark
+from gcsckpt.bench.runner.flags import FLAGS, config_from_flags
+from gcsckpt.bench.runner.launch import TorchrunLauncher
+from gcsckpt.bench.worker.rank import init_from_env
 
 
 def under_torchrun() -> bool:
@@ -37,13 +36,7 @@ def main(argv: Sequence[str]) -> int:
         raise app.UsageError(f"unexpected arguments {list(argv[1:])}; every option is a --flag")
     config = config_from_flags()
     try:
-        cases = select_run_cases(
-            config.catalogue,
-            patterns=config.cases,
-            axes=config.sweep_axes,
-            model_scale=config.model_scale,
-            world_size_override=config.world_size_override,
-        )
+        cases = config.selected_cases()
     except CaseError as err:
         raise app.UsageError(str(err)) from err
     if config.list_only:

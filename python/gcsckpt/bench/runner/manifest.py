@@ -3,7 +3,7 @@
 Layout below ``gs://<bucket>/<prefix>/<case>/``: ``checkpoint/`` (the DCP objects),
 ``setup/rank_NNNNN.json`` (each rank's checksums and tensor bytes) and ``setup/manifest.json``,
 written last by the runner. A checkpoint is reused only when the manifest exists, its config hash
-(``parallel.app_state.case_config_hash`` with the save seed) matches, every rank's checksum
+(``parallel.app_state.state_config_hash`` with the save seed) matches, every rank's checksum
 object exists, and the objects under ``checkpoint/`` are exactly the ones the manifest lists,
 with the same sizes. Uses google-cloud-storage (anonymous against an emulator, Application
 Default Credentials against GCS).
@@ -18,7 +18,7 @@ from typing import Any
 
 from google.api_core.exceptions import NotFound
 
-from gcsckpt.bench.worker_jobs import Storage, checksums_object
+from gcsckpt.bench.worker.jobs import Storage, checksums_object
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1

@@ -1,0 +1,6 @@
+"""What a benchmark run records.
+
+``case_result`` (one case and reader: rounds, counters, verdict), ``host`` (machine and software
+facts), ``resources`` (CPU and memory of the process tree), ``progress`` (live progress from the
+ranks), ``metrics`` (a CaseResult -> one flat result row).
+"""
