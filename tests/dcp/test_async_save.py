@@ -8,7 +8,7 @@ import async_ranks
 import pytest
 
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
-from gcsckpt.testing.gloo_ranks import run_ranks
+from gcsckpt.testing.local_ranks import run_ranks
 
 _PRELOAD = ("torch", "torch.distributed.checkpoint", "gcsckpt.dcp", "async_ranks")
 
