@@ -14,6 +14,7 @@ import os
 import pickle
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from pathlib import Path
@@ -55,6 +56,27 @@ def _result_path(out: str, rank: int) -> Path:
     return Path(out, f"rank{rank}.pkl")
 
 
+def _fn_error_path(out: str, rank: int) -> Path:
+    return Path(out, f"rank{rank}.fn-error")
+
+
+def _first_fn_error(out: str) -> tuple[int, str] | None:
+    """(rank, traceback) of the rank whose ``fn`` raised first, if any did.
+
+    When one rank raises, its peers then fail in their next collective ("Connection closed by
+    peer"), and whichever process torch's spawn context notices first is not necessarily the
+    one at fault: the error files say which rank's own code raised, and when.
+    """
+    found = []
+    for path in Path(out).glob("rank*.fn-error"):
+        rank = int(path.name[len("rank") : -len(".fn-error")])
+        found.append((path.stat().st_mtime_ns, rank, path.read_text(errors="replace")))
+    if not found:
+        return None
+    _, rank, text = min(found)
+    return rank, text
+
+
 def _rank_main(
     rank: int,
     fn: Callable,
@@ -77,7 +99,11 @@ def _rank_main(
         timeout=timedelta(seconds=timeout_s),
     )
     try:
-        result = fn(rank, *args)
+        try:
+            result = fn(rank, *args)
+        except BaseException:
+            _fn_error_path(out, rank).write_text(traceback.format_exc())
+            raise
         dist.barrier()
     finally:
         dist.destroy_process_group()
@@ -152,6 +178,7 @@ class LocalRanks:
                     world_size,
                     on_poll,
                     wall_limit_s,
+                    out,
                 )
                 results = []
                 for rank in range(world_size):
@@ -173,6 +200,7 @@ class LocalRanks:
         world_size: int,
         on_poll: Callable[[], None] | None,
         wall_limit_s: float | None,
+        out: str,
     ) -> None:
         deadline = None if wall_limit_s is None else time.monotonic() + wall_limit_s
         try:
@@ -182,9 +210,11 @@ class LocalRanks:
                 if deadline is not None and time.monotonic() > deadline:
                     raise RankError(f"no result after {wall_limit_s:.0f} s on {world_size} ranks")
         except mp.ProcessRaisedException as err:
-            raise RankError(
-                f"rank {err.error_index} failed: {err}", err.error_index, str(err)
-            ) from err
+            # Give the rank at fault a moment to finish writing its error file.
+            time.sleep(_POLL_S)
+            culprit = _first_fn_error(out)
+            rank, text = culprit if culprit is not None else (err.error_index, str(err))
+            raise RankError(f"rank {rank} failed: {text}", rank, text) from err
         except mp.ProcessExitedException as err:
             raise RankError(
                 f"rank {err.error_index} exited with code {err.exit_code}", err.error_index
