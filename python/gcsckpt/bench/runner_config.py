@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from gcsckpt.bench.runner_storage import DEFAULT_LOCAL_DIR, parse_bucket
+from gcsckpt.bench.runner_storage import DEFAULT_LOCAL_DIR
 from gcsckpt.bench.worker_jobs import READERS
+from gcsckpt.dcp.paths import parse_checkpoint_id
 from gcsckpt.models.configs import SCALES
 
 DEVICES = ("cpu", "cuda")
@@ -88,7 +89,10 @@ class RunConfig:
         if self.bucket is None and self.endpoint is not None:
             raise ValueError("an emulator endpoint needs --bucket=gs://...")
         if self.bucket is not None:
-            parse_bucket(self.bucket)
+            try:
+                parse_checkpoint_id(self.bucket)
+            except ValueError as e:
+                raise ValueError(f"--bucket must look like gs://bucket[/prefix]: {e}") from None
             if self.latency_ms or self.stream_mbps:
                 raise ValueError(
                     "--latency_ms/--stream_mbps model the local endpoint; drop --bucket"

@@ -13,10 +13,10 @@ Usage::
 
 from gcsckpt.dcp.load_stats import CheckpointReadError, LoadStats
 from gcsckpt.dcp.metadata_codec import UnsafeMetadataError
-from gcsckpt.dcp.objects import ObjectStore, ObjectStoreError
 from gcsckpt.dcp.planner import GCSLoadPlanner
 from gcsckpt.dcp.reader import GCSStorageReader
 from gcsckpt.dcp.writer import GCSStorageWriter
+from gcsckpt.io.objects import ObjectStore, ObjectStoreError  # re-exported: moved to gcsckpt.io
 
 __all__ = [
     "CheckpointReadError",

@@ -34,7 +34,6 @@ from torch.futures import Future
 from gcsckpt.dcp.gc_control import HeapFreeze, collector_paused
 from gcsckpt.dcp.load_stats import CheckpointReadError, LoadStats
 from gcsckpt.dcp.metadata_codec import load_metadata
-from gcsckpt.dcp.objects import ObjectStore, store_options
 from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
 from gcsckpt.dcp.read_plan import (
     BYTES,
@@ -51,6 +50,7 @@ from gcsckpt.dcp.read_plan import (
 from gcsckpt.dcp.safetensors_blob import BlobHeader, header_length, parse_header
 from gcsckpt.dcp.torch_save_view import tensor_from_torch_save
 from gcsckpt.io import RangeReader, RangeReadError, RangeRequest
+from gcsckpt.io.objects import ObjectStore, store_options
 
 METADATA_NAME = ".metadata"
 # Buffer memory for bytes in flight plus bytes being decoded: two windows of half this each.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import re
 import threading
 import urllib.parse
@@ -11,6 +12,9 @@ import urllib.parse
 KINDS = ("status", "reset_mid_body", "stall", "short_body", "wrong_content_range")
 
 _OBJECT_PATH = re.compile(r"^/(?:download/|upload/)?storage/v1/b/[^/]+/o/(?P<object>[^?]+)")
+# The object resource's "name" in a multipart upload's first part or a resumable upload's start.
+_BODY_NAME = re.compile(rb'"name"\s*:\s*("(?:[^"\\]|\\.)*")')
+_BODY_NAME_SCAN = 64 << 10  # the resource comes first; no need to scan a big body
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,14 +67,19 @@ class Fault:
         return min(want, body_length)
 
 
-def object_of(path: str) -> str | None:
-    """The decoded object name in a JSON API request path, or None (listing, bucket calls)."""
+def object_of(path: str, body: bytes | None = None) -> str | None:
+    """The decoded object name of a JSON API request, or None (listing, bucket calls): from the
+    URL path, else the `name` query parameter (media uploads), else the object resource at the
+    start of the body (multipart uploads, resumable upload starts)."""
     match = _OBJECT_PATH.match(path)
     if match:
         return urllib.parse.unquote(match.group("object"))
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
-    names = query.get("name")  # uploads carry the name in the query
-    return names[0] if names else None
+    names = query.get("name")
+    if names:
+        return names[0]
+    found = _BODY_NAME.search(body[:_BODY_NAME_SCAN]) if body else None
+    return json.loads(found.group(1)) if found else None
 
 
 def is_media_read(method: str, path: str) -> bool:
@@ -94,10 +103,11 @@ class FaultPlan:
         self._requests = 0
         self._lock = threading.Lock()
 
-    def choose(self, method: str, path: str) -> Fault | None:
-        """Registers one request and returns the fault to inject into it, or None."""
+    def choose(self, method: str, path: str, body: bytes | None = None) -> Fault | None:
+        """Registers one request (with its body, if any) and returns the fault to inject into
+        it, or None."""
         media = is_media_read(method, path)
-        name = object_of(path)
+        name = object_of(path, body)
         with self._lock:
             self._requests += 1
             chosen = None

@@ -10,6 +10,10 @@ import http.client
 import json
 import urllib.parse
 
+from gcsckpt.io.endpoint import media_path, quote_object
+
+__all__ = ["GCSHTTPError", "create_bucket", "download", "media_path", "quote_object", "upload"]
+
 
 class GCSHTTPError(RuntimeError):
     """A JSON API call answered an unexpected status.
@@ -23,16 +27,6 @@ class GCSHTTPError(RuntimeError):
         super().__init__(f"{what}: HTTP {status}: {body[:300]!r}")
         self.status = status
         self.what = what
-
-
-def quote_object(name: str) -> str:
-    """Percent-encodes an object name for a URL path segment (UTF-8, nothing left unescaped)."""
-    return urllib.parse.quote(name, safe="")
-
-
-def media_path(bucket: str, name: str) -> str:
-    """The JSON API media download path for gs://bucket/name."""
-    return f"/download/storage/v1/b/{bucket}/o/{quote_object(name)}?alt=media"
 
 
 def _call(
@@ -80,9 +74,7 @@ def upload(endpoint: str, bucket: str, name: str, data: bytes) -> dict:
       FileNotFoundError: the bucket does not exist.
       GCSHTTPError: any other failure.
     """
-    path = (
-        f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name={urllib.parse.quote(name, safe='')}"
-    )
+    path = f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name={quote_object(name)}"
     status, body = _call(
         endpoint, "POST", path, bytes(data), {"Content-Type": "application/octet-stream"}
     )
