@@ -7,9 +7,18 @@ given as `_extensions`, e.g. torch's ZStandard) and records `_StorageInfo(relati
 length, transform_descriptors)`; so stock FileSystemReader/FsspecReader and GCSStorageReader read
 what it writes. Ours: the objects (`GCSObjectFiles`: each object is streamed to GCS, one request or
 a chunked resumable upload, and appears atomically when complete), upload threads that fail the
-save when one fails (torch's lose a failing thread's results), the overwrite check, and
-`finish()`: `.metadata` is uploaded last, by the coordinator, after every rank's objects are
-complete, so an interrupted save never looks like a checkpoint.
+save when one fails (torch's lose a failing thread's results), and the commit.
+
+A save never touches another save's bytes: its data objects are named
+`__{rank}_{save}_{i}.distcp`, `save` being 16 hex digits of the coordinator's save_id (`.metadata`
+records these relative paths, so stock readers load it). Only the save that commits `.metadata`
+is the checkpoint: `finish()` uploads it last, by the coordinator, after every rank's objects are
+complete, so an interrupted save never looks like a checkpoint. With overwrite=False the commit
+is a create-if-absent (`ifGenerationMatch=0`): of two racing saves exactly one wins, the other
+raises `CheckpointExistsError`. A refused or failed save deletes the objects it wrote (best
+effort; the error says what was deleted; objects of ranks whose part succeeded while another
+rank failed stay behind, unreferenced). overwrite=True replaces `.metadata` (at the generation it
+read) and then deletes the objects the replaced `.metadata` named.
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ import dataclasses
 import io
 import os
 import queue
+import uuid
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,8 +38,10 @@ import torch
 from torch.distributed.checkpoint._extension import StreamTransformExtension
 from torch.distributed.checkpoint.filesystem import (
     CURRENT_DCP_VERSION,
+    DEFAULT_SUFFIX,
     SerializationFormat,
     _FileSystemWriter,
+    _split_by_size_and_type,
     _StoragePrefix,
     _write_files_from_queue,
 )
@@ -37,11 +50,13 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from gcsckpt.dcp.metadata_codec import dump_metadata
+from gcsckpt.dcp.metadata_codec import dump_metadata, load_metadata
 from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
-from gcsckpt.io.objects import ObjectStore, store_options
+from gcsckpt.io.objects import ObjectStore, ObjectStoreError, store_options
 
 METADATA_NAME = ".metadata"
+# Tries to replace `.metadata` when overwriting while other saves keep replacing it.
+_COMMIT_TRIES = 5
 
 
 class GCSObjectFiles:
@@ -111,8 +126,9 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         single_file_per_rank: True -> `thread_count` objects per rank (items balanced by size,
             torch's split); False -> one object per item.
         thread_count: objects of one rank serialized and uploaded in parallel (default 4).
-        overwrite: False (default) refuses to save where `.metadata` already exists; True deletes
-            the old `.metadata` before writing any object, then writes the new one last.
+        overwrite: False (default) refuses to save where `.metadata` already exists (checked
+            before writing, and again by the create-if-absent commit); True replaces it and then
+            deletes the previous checkpoint's objects.
         serialization_format: SerializationFormat.TORCH_SAVE (default) or SAFETENSORS.
         chunk_bytes: resumable-upload chunk (bytes, default 16 MiB); also the most a stream
             buffers before sending. Smaller objects go up in one request.
@@ -202,26 +218,45 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
                     f"Checkpoint already exists and overwrite=False: {self._loc().url(name)}"
                 )
         if not self.use_collectives and self.rank is not None:
-            plan = dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{self.rank}_"))
+            prefix = _StoragePrefix(f"__{self.rank}_{self._save_tag()}_")
+            plan = dataclasses.replace(plan, storage_data=prefix)
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
-        """Gives rank i the object prefix `__{i}_` (torch's); when overwriting, deletes the old
-        `.metadata` first so a half-overwritten checkpoint never looks complete."""
-        if self.overwrite:
-            loc = self._loc()
-            self._object_store().delete(loc.bucket, loc.object_name(METADATA_NAME))
-        return super().prepare_global_plan(plans)
+        """Gives rank i the object prefix `__{i}_{save}_` (see the module docstring)."""
+        tag = self._save_tag()
+        return [
+            plan
+            if plan.storage_data is not None
+            else dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{i}_{tag}_"))
+            for i, plan in enumerate(plans)
+        ]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         """Serializes and uploads this rank's items, `thread_count` objects at a time (torch's
-        split and serialization; see the module docstring).
+        split and serialization; a group without items makes no object). On failure, deletes
+        the objects it wrote (best effort) and says so in a note on the error.
 
         Returns:
             a completed Future of one WriteResult per item (storage_data = _StorageInfo).
         """
         self._loc()
-        return super().write_data(plan, planner)
+        prefix = plan.storage_data.prefix
+        if self.single_file_per_rank:
+            groups = _split_by_size_and_type(self.thread_count, plan.items)
+        else:
+            groups = [[item] for item in plan.items]
+        file_queue: queue.Queue = queue.Queue()
+        names = []
+        for i, group in enumerate(g for g in groups if g):
+            name = f"{prefix}{i}{DEFAULT_SUFFIX}"
+            names.append(name)
+            file_queue.put((self.fs.concat_path(self.path, name), name, group))
+        try:
+            return self._write_data(planner, file_queue)
+        except BaseException as exc:
+            exc.add_note(self._discard(names))
+            raise
 
     def _write_data(self, planner: SavePlanner, file_queue: queue.Queue) -> Future:
         # torch's own loop runs in `thread_count` threads, but a thread that fails loses its
@@ -255,17 +290,38 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         return future
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
-        """Uploads `.metadata` (last; `ifGenerationMatch=0` when overwrite=False)."""
+        """Commits the save: uploads `.metadata` last (create-if-absent when overwrite=False;
+        when overwriting, replaces it and then deletes the objects the old one named).
+
+        Raises:
+            CheckpointExistsError: overwrite=False and another save committed first (this
+                save's objects are deleted, best effort). ObjectStoreError: the upload failed.
+        """
         metadata.version = CURRENT_DCP_VERSION
         metadata.storage_data = {r.index: r.storage_data for rs in results for r in rs}
         metadata.storage_meta = self.storage_meta()
+        ours = sorted({r.storage_data.relative_path for rs in results for r in rs})
         loc = self._loc()
-        self._object_store().upload(
-            loc.bucket,
-            loc.object_name(self._metadata_name(rank_zero=False)),
-            dump_metadata(metadata),
-            if_generation_match=None if self.overwrite else 0,
-        )
+        name = self._metadata_name(rank_zero=False)
+        body = dump_metadata(metadata)
+        store = self._object_store()
+        try:
+            if self.overwrite:
+                replaced = self._replace_metadata(loc.object_name(name), body)
+            else:
+                store.upload(loc.bucket, loc.object_name(name), body, if_generation_match=0)
+                replaced = []
+        except FileExistsError:
+            raise CheckpointExistsError(
+                f"Checkpoint already exists and overwrite=False: {loc.url(name)} was committed "
+                f"by another save while this one (save_id {self.save_id}) ran; "
+                + self._discard(ours)
+            ) from None
+        except BaseException as exc:
+            if not self._landed(loc.object_name(name), body):
+                exc.add_note(self._discard(ours))
+            raise
+        self._delete_stale([path for path in replaced if path not in set(ours)])
 
     # -- plumbing ------------------------------------------------------------------------------
     def _set_location(self, checkpoint_id: str | os.PathLike) -> None:
@@ -286,6 +342,82 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
                 **self._store_options,
             )
         return self._store
+
+    def _save_tag(self) -> str:
+        return uuid.UUID(self.save_id).hex[:16]
+
+    def _replace_metadata(self, object_name: str, body: bytes) -> list[str]:
+        """Uploads `body` over `.metadata` at the generation just read; returns the relative
+        paths the replaced `.metadata` named ([] if none, or if it cannot be decoded)."""
+        loc, store = self._loc(), self._object_store()
+        for _ in range(_COMMIT_TRIES):
+            info = store.stat(loc.bucket, object_name)
+            previous: list[str] = []
+            if info is not None:
+                where = f"gs://{loc.bucket}/{object_name}"
+                try:
+                    old = store.read(loc.bucket, object_name, generation=info.generation)
+                    previous = sorted(
+                        {
+                            i.relative_path
+                            for i in load_metadata(old.data, source=where).storage_data.values()
+                        }
+                    )
+                except FileNotFoundError:
+                    continue  # replaced or deleted meanwhile: look again
+                except ValueError as e:  # undecodable (UnsafeMetadataError is one)
+                    warnings.warn(
+                        f"overwrite: cannot list the previous checkpoint's objects ({e}); they "
+                        "are kept",
+                        stacklevel=3,
+                    )
+            precondition = 0 if info is None else info.generation
+            try:
+                store.upload(loc.bucket, object_name, body, if_generation_match=precondition)
+            except FileExistsError:
+                continue  # another save committed between our read and our upload
+            return previous
+        raise ObjectStoreError(
+            f"overwrite of gs://{loc.bucket}/{object_name}: other saves replaced it "
+            f"{_COMMIT_TRIES} times while this one tried"
+        )
+
+    def _landed(self, object_name: str, body: bytes) -> bool:
+        """True if `.metadata` holds `body` (a failed upload may have landed after all)."""
+        try:
+            return self._object_store().download(self._loc().bucket, object_name) == body
+        except (OSError, ValueError):
+            return False
+
+    def _delete(self, relative_paths: list[str]) -> list[str]:
+        """Deletes objects below the checkpoint, best effort; returns the failures."""
+        loc, failed = self._loc(), []
+        for path in relative_paths:
+            try:
+                self._object_store().delete(loc.bucket, loc.object_name(path))
+            except OSError as e:
+                failed.append(f"{loc.url(path)} ({e})")
+        return failed
+
+    def _discard(self, relative_paths: list[str]) -> str:
+        """Deletes this save's objects, best effort; says what happened (for the error)."""
+        failed = self._delete(relative_paths)
+        if not failed:
+            return f"deleted this save's objects ({len(relative_paths)} name(s), best effort)"
+        return (
+            f"deleted {len(relative_paths) - len(failed)} of this save's {len(relative_paths)} "
+            f"object name(s); could not delete: {'; '.join(failed)}"
+        )
+
+    def _delete_stale(self, relative_paths: list[str]) -> None:
+        """Deletes the replaced checkpoint's objects; warns about any left behind."""
+        failed = self._delete(relative_paths)
+        if failed:
+            warnings.warn(
+                f"overwrite: {len(failed)} object(s) of the previous checkpoint were not "
+                f"deleted: {'; '.join(failed)}",
+                stacklevel=3,
+            )
 
     def _metadata_name(self, *, rank_zero: bool) -> str:
         if self.use_collectives or self.rank is None:

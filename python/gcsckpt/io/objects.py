@@ -254,13 +254,17 @@ class ObjectStore:
         return {"retry": self._retry, "timeout": self.timeout_s}
 
     # -- reads and metadata -----------------------------------------------------------------
-    def read(self, bucket: str, name: str) -> StoredObject:
+    def read(self, bucket: str, name: str, *, generation: int | None = None) -> StoredObject:
         """The whole object in one media GET, with the generation the endpoint served.
 
+        Args:
+            generation: read this generation (sent as `generation=`), not the live one.
+
         Raises:
-            FileNotFoundError: no such object. ObjectStoreError: any other failure.
+            FileNotFoundError: no such object (or generation). ObjectStoreError: any other
+            failure.
         """
-        blob = self._blob(bucket, name)
+        blob = self._blob(bucket, name, generation)
         data = self._call(
             "GET", f"gs://{bucket}/{name}", lambda: blob.download_as_bytes(**self._options())
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import fnmatch
 import json
 import re
 import threading
@@ -33,6 +34,8 @@ class Fault:
       nth: inject only into the nth (1-based) request this rule matches (then `count` is unused).
       object_name: match only requests for this object (decoded name, from the URL path);
         None: any object.
+      object_glob: match only objects whose name matches this fnmatch pattern (e.g.
+        "ckpt/__0_*.distcp", for names a writer makes up); None: any object.
       media_only: match only media reads (GET/HEAD with alt=media); False: any request.
       stall_s: pause for kind "stall", seconds.
       after_bytes: body bytes sent before a mid-body fault; None: half the body.
@@ -43,6 +46,7 @@ class Fault:
     count: int | None = 1
     nth: int | None = None
     object_name: str | None = None
+    object_glob: str | None = None
     media_only: bool = True
     stall_s: float = 2.0
     after_bytes: int | None = None
@@ -115,6 +119,10 @@ class FaultPlan:
                 if fault.media_only and not media:
                     continue
                 if fault.object_name is not None and fault.object_name != name:
+                    continue
+                if fault.object_glob is not None and (
+                    name is None or not fnmatch.fnmatchcase(name, fault.object_glob)
+                ):
                     continue
                 self._seen[i] += 1
                 if chosen is not None:
