@@ -178,13 +178,14 @@ class ObjectStore:
         self._pool_size = pool_size
         self._lock = threading.Lock()
         self._client = None
+        self._session = None  # the client's keep-alive pool, ours to close
 
     def close(self) -> None:
         """Closes pooled connections (the store may be used again; it reconnects)."""
         with self._lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client._http.close()
+            session, self._client, self._session = self._session, None, None
+        if session is not None:
+            session.close()
 
     def __enter__(self) -> ObjectStore:
         return self
@@ -210,7 +211,7 @@ class ObjectStore:
         else:
             provider = self._token_provider or GoogleAuthTokenProvider(scope=READ_WRITE_SCOPE)
             credentials = token_provider_credentials(provider)
-        session = AuthorizedSession(credentials)
+        session = self._session = AuthorizedSession(credentials)
         # Retries belong to the RetryPolicy, not to urllib3; one pool per scheme.
         adapter = HTTPAdapter(pool_connections=2, pool_maxsize=self._pool_size, max_retries=0)
         session.mount("http://", adapter)
