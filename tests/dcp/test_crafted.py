@@ -16,7 +16,7 @@ from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
 from gcsckpt.testing import LocalGCS
 
 BUCKET = "crafted"
-OBJECT = "__0_0.distcp"
+OBJECT = "__0_0.distcp"  # the saved name, set by the `gcs` fixture (names carry the save)
 
 
 def _state():
@@ -34,6 +34,9 @@ def gcs():
         url = f"gs://{BUCKET}/good"
         writer = GCSStorageWriter(url, endpoint=endpoint.endpoint, thread_count=1)
         dcp.save(_state(), storage_writer=writer)
+        global OBJECT
+        names = ObjectStore(endpoint.endpoint).list(BUCKET, "good/")
+        (OBJECT,) = [n.split("/", 1)[1] for n in names if n != "good/.metadata"]
         yield endpoint
 
 

@@ -11,12 +11,14 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStoreError
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore, ObjectStoreError
 from gcsckpt.io import RetryPolicy
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
 BUCKET = "faults"
-DATA = "good/__0_0.distcp"
+META = "good/.metadata"
+DATA_GLOB = "good/__0_*.distcp"  # data object names carry the save's id
+DATA = DATA_GLOB  # the saved name, set by the `gcs` fixture
 
 
 def _state():
@@ -41,6 +43,8 @@ def gcs():
         endpoint.create_bucket(BUCKET)
         writer = GCSStorageWriter(f"gs://{BUCKET}/good", endpoint=endpoint.endpoint, thread_count=1)
         dcp.save(_state(), storage_writer=writer)
+        global DATA
+        (DATA,) = [n for n in ObjectStore(endpoint.endpoint).list(BUCKET, "good/") if n != META]
         yield endpoint
 
 
@@ -63,12 +67,12 @@ def _exact(state):
 @pytest.mark.parametrize(
     "fault",
     [
-        Fault(kind="status", status=503, count=3, object_name=DATA),
-        Fault(kind="status", status=429, count=1, object_name=DATA),
-        Fault(kind="reset_mid_body", count=2, object_name=DATA),
-        Fault(kind="short_body", count=1, object_name=DATA),
-        Fault(kind="wrong_content_range", count=1, object_name=DATA),
-        Fault(kind="stall", stall_s=1.0, count=1, object_name=DATA),
+        Fault(kind="status", status=503, count=3, object_glob=DATA_GLOB),
+        Fault(kind="status", status=429, count=1, object_glob=DATA_GLOB),
+        Fault(kind="reset_mid_body", count=2, object_glob=DATA_GLOB),
+        Fault(kind="short_body", count=1, object_glob=DATA_GLOB),
+        Fault(kind="wrong_content_range", count=1, object_glob=DATA_GLOB),
+        Fault(kind="stall", stall_s=1.0, count=1, object_glob=DATA_GLOB),
     ],
     ids=lambda f: f"{f.kind}-{f.status}" if f.kind == "status" else f.kind,
 )
@@ -91,7 +95,7 @@ def test_metadata_get_is_retried(gcs):
 
 @pytest.mark.parametrize(("status", "label"), [(503, "HTTP 503"), (404, "404")])
 def test_permanent_failure_is_one_clear_error(gcs, status, label):
-    fault = Fault(kind="status", status=status, count=None, object_name=DATA)
+    fault = Fault(kind="status", status=status, count=None, object_glob=DATA_GLOB)
     retry = RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
     with FaultProxy(gcs.endpoint, [fault]) as proxy:
         state = _blank()
@@ -112,7 +116,7 @@ def test_upload_faults_are_retried(gcs):
             kind="status", status=503, count=2, media_only=False, object_name="retried/.metadata"
         ),
         Fault(
-            kind="status", status=500, count=1, media_only=False, object_name="retried/__0_0.distcp"
+            kind="status", status=500, count=1, media_only=False, object_glob="retried/__0_*.distcp"
         ),
     ]
     with FaultProxy(gcs.endpoint, faults) as proxy:
@@ -127,8 +131,6 @@ def test_upload_faults_are_retried(gcs):
 @pytest.mark.parametrize("kind", ["status", "reset_mid_body"])
 def test_resumable_upload_resumes_after_a_failed_request(gcs, nth, kind):
     import os
-
-    from gcsckpt.dcp import ObjectStore
 
     data = os.urandom(20 << 20)  # 3 chunks of 8 MiB: start, PUT, PUT, final PUT
     name = f"resumable/{kind}{nth}"

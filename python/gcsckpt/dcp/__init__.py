@@ -14,10 +14,10 @@ Usage::
 from gcsckpt.dcp.load.errors import CheckpointReadError
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import UnsafeMetadataError
-from gcsckpt.dcp.objects import ObjectStore, ObjectStoreError
 from gcsckpt.dcp.planner import GCSLoadPlanner
 from gcsckpt.dcp.reader import GCSStorageReader
 from gcsckpt.dcp.writer import GCSStorageWriter
+from gcsckpt.io.objects import ObjectStore, ObjectStoreError  # re-exported: moved to gcsckpt.io
 
 __all__ = [
     "CheckpointReadError",

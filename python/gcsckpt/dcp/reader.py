@@ -42,7 +42,6 @@ from gcsckpt.dcp.load.plan import make_windows, plan_fetches, sort_items
 from gcsckpt.dcp.load.ranges import CheckpointRanges
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import load_metadata
-from gcsckpt.dcp.objects import ObjectStore, store_options
 from gcsckpt.dcp.paths import (
     METADATA_NAME,
     CheckpointLocation,
@@ -50,6 +49,7 @@ from gcsckpt.dcp.paths import (
     parse_checkpoint_id,
 )
 from gcsckpt.io import RangeReader, RangeReadError
+from gcsckpt.io.objects import ObjectStore, store_options
 
 # Buffer memory for bytes in flight plus bytes being decoded: two windows of half this each.
 # 256 MiB keeps ~16 x 8 MiB GETs in flight per window (the local endpoint's ceiling was reached

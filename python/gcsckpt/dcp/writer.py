@@ -1,54 +1,121 @@
 """GCSStorageWriter: a DCP StorageWriter that saves to `gs://bucket/prefix`.
 
-Same layout as torch 2.13's FileSystemWriter, so stock FsspecReader/FileSystemReader (and
-GCSStorageReader) read it: objects `__{rank}_{i}.distcp` holding the rank's BYTE_IO items then its
-tensors (`torch.save` archives, or one safetensors blob), and a pickled `.metadata` of
-`_StorageInfo(relative_path, offset, length)` entries. Each object is streamed to GCS (one media
-upload, or a chunked resumable upload for big ones), so it appears atomically when complete; a
-rank's objects upload in parallel threads. `.metadata` is uploaded last, by the coordinator, after
-every rank's objects are complete, so an interrupted save never looks like a checkpoint.
+It is torch 2.13's FileSystemWriter (`_FileSystemWriter`) with GCS objects for files: torch splits
+the items into objects (`_split_by_size_and_type`), serializes each (`_write_item`: BYTE_IO
+bytes, `torch.save` archives or one safetensors blob, through the write-side stream transforms
+given as `_extensions`, e.g. torch's ZStandard) and records `_StorageInfo(relative_path, offset,
+length, transform_descriptors)`; so stock FileSystemReader/FsspecReader and GCSStorageReader read
+what it writes. Ours: the objects (`GCSObjectFiles`: each object is streamed to GCS, one request or
+a chunked resumable upload, and appears atomically when complete), upload threads that fail the
+save when one fails (torch's lose a failing thread's results), and the commit.
+
+A save never touches another save's bytes: its data objects are named
+`__{rank}_{save}_{i}.distcp`, `save` being 16 hex digits of the coordinator's save_id (`.metadata`
+records these relative paths, so stock readers load it). Only the save that commits `.metadata`
+is the checkpoint: `finish()` uploads it last, by the coordinator, after every rank's objects are
+complete, so an interrupted save never looks like a checkpoint. With overwrite=False the commit
+is a create-if-absent (`ifGenerationMatch=0`): of two racing saves exactly one wins, the other
+raises `CheckpointExistsError`. A refused or failed save deletes the objects it wrote (best
+effort; the error says what was deleted; objects of ranks whose part succeeded while another
+rank failed stay behind, unreferenced). overwrite=True replaces `.metadata` (at the generation it
+read) and then deletes the objects the replaced `.metadata` named.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import heapq
 import io
-import json
 import os
+import queue
 import uuid
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
-from torch.distributed.checkpoint._hf_utils import (
-    CUSTOM_METADATA_KEY,
-    DCP_VERSION_KEY,
-    FORMAT_KEY,
-    FORMAT_VALUE,
-    HF_DCP_VERSION,
-)
+from torch.distributed.checkpoint._extension import StreamTransformExtension
 from torch.distributed.checkpoint.filesystem import (
     CURRENT_DCP_VERSION,
+    DEFAULT_SUFFIX,
     SerializationFormat,
-    _StorageInfo,
+    _FileSystemWriter,
+    _split_by_size_and_type,
     _StoragePrefix,
+    _write_files_from_queue,
 )
-from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
-from torch.distributed.checkpoint.planner import SavePlan, SavePlanner, WriteItem, WriteItemType
-from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
+from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
+from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from gcsckpt.dcp.metadata_codec import dump_metadata
-from gcsckpt.dcp.objects import ObjectStore, UploadStream, store_options
+from gcsckpt.dcp.metadata_codec import dump_metadata, load_metadata
 from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
-from gcsckpt.dcp.safetensors_blob import encode_header
+from gcsckpt.io.objects import ObjectStore, ObjectStoreError, store_options
 
 METADATA_NAME = ".metadata"
-SUFFIX = ".distcp"
+# Tries to replace `.metadata` when overwriting while other saves keep replacing it.
+_COMMIT_TRIES = 5
 
 
-class GCSStorageWriter(GCSCheckpointId, StorageWriter):
+class GCSObjectFiles:
+    """The file operations torch's `_FileSystemWriter` asks of its `fs`, on GCS objects.
+
+    Paths are `gs://bucket/prefix[/name]` URLs. GCS has no folders, so `mkdir` does nothing.
+
+    Args:
+        store: returns the writer's ObjectStore (made on first use: a writer is built before
+            DCP says which rank it serves). chunk_bytes: resumable chunk for `create_stream`.
+    """
+
+    def __init__(self, store: Callable[[], ObjectStore], chunk_bytes: int) -> None:
+        self._store = store
+        self.chunk_bytes = chunk_bytes
+
+    @property
+    def store(self) -> ObjectStore:
+        """The writer's ObjectStore."""
+        return self._store()
+
+    def init_path(self, path: str | os.PathLike) -> str:
+        """The checkpoint URL, normalized (ValueError for a bad id)."""
+        return parse_checkpoint_id(path).url()
+
+    def concat_path(self, path: str | os.PathLike, suffix: str) -> str:
+        """`path/suffix` (suffix: an object name relative to the checkpoint)."""
+        return f"{str(path).rstrip('/')}/{suffix}"
+
+    def mkdir(self, path: str | os.PathLike) -> None:
+        """Nothing to create: a GCS prefix exists once an object is below it."""
+
+    def exists(self, path: str | os.PathLike) -> bool:
+        """True if the object at `path` exists (one metadata GET)."""
+        loc = parse_checkpoint_id(path)
+        return self.store.exists(loc.bucket, loc.prefix)
+
+    def rm_file(self, path: str | os.PathLike) -> None:
+        """Deletes the object at `path` (missing is fine)."""
+        loc = parse_checkpoint_id(path)
+        self.store.delete(loc.bucket, loc.prefix)
+
+    @contextlib.contextmanager
+    def create_stream(self, path: str | os.PathLike, mode: str) -> Iterator[io.IOBase]:
+        """ "wb": an upload stream that becomes the object on a clean exit and is discarded on an
+        exception; "rb": the whole object in memory."""
+        loc = parse_checkpoint_id(path)
+        if mode == "wb":
+            with self.store.open_upload(
+                loc.bucket, loc.prefix, chunk_bytes=self.chunk_bytes
+            ) as stream:
+                yield stream
+        elif mode == "rb":
+            yield io.BytesIO(self.store.download(loc.bucket, loc.prefix))
+        else:
+            raise ValueError(f"{loc.url()}: mode {mode!r} is neither 'wb' nor 'rb'")
+
+
+class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
     """Saves a DCP checkpoint to `gs://bucket/prefix` in torch's FileSystemWriter layout.
 
     Args:
@@ -56,19 +123,26 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
         endpoint: GCS endpoint URL; None -> $STORAGE_EMULATOR_HOST, else storage.googleapis.com.
         token_provider: callable returning an OAuth2 access token (read-write scope); None ->
             google-auth ADC; never used against an emulator endpoint.
-        single_file_per_rank: True -> `thread_count` objects per rank (items balanced by size);
-            False -> one object per item.
+        single_file_per_rank: True -> `thread_count` objects per rank (items balanced by size,
+            torch's split); False -> one object per item.
         thread_count: objects of one rank serialized and uploaded in parallel (default 4).
-        overwrite: False (default) refuses to save where `.metadata` already exists; True deletes
-            the old `.metadata` before writing any object, then writes the new one last.
+        overwrite: False (default) refuses to save where `.metadata` already exists (checked
+            before writing, and again by the create-if-absent commit); True replaces it and then
+            deletes the previous checkpoint's objects.
         serialization_format: SerializationFormat.TORCH_SAVE (default) or SAFETENSORS.
         chunk_bytes: resumable-upload chunk (bytes, default 16 MiB); also the most a stream
             buffers before sending. Smaller objects go up in one request.
-        retry: a `gcsckpt.io.RetryPolicy` (None -> 6 attempts, 120 s deadline) for uploads.
-        stall_timeout_s: an upload request with no progress for this long (seconds, default 30)
-            is retried.
+        retry: a `gcsckpt.io.RetryPolicy` (None -> its defaults) for every request.
+        stall_timeout_s: an upload request with no progress for this long (seconds, default the
+            range reader's) is retried.
+        _extensions: torch write-side stream transforms (`StreamTransformExtension`s, e.g.
+            `torch.distributed.checkpoint._extension.ZStandard`) applied to every item, as
+            torch's FileSystemWriter(_extensions=...) does; loading needs a reader that knows them
+            (GCSStorageReader(extension_registry=...), or torch's default registry). TORCH_SAVE
+            only (ValueError with SAFETENSORS).
 
-    Raises (from the DCP calls): ValueError for a bad id; FileExistsError when the checkpoint
+    Raises (from the DCP calls): ValueError for a bad id; RuntimeError + FileExistsError
+    (`CheckpointExistsError`, torch's "Checkpoint already exists" wording) when the checkpoint
     exists and overwrite=False; ObjectStoreError when an upload fails for good.
     """
 
@@ -85,43 +159,53 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
         chunk_bytes: int = 16 << 20,
         retry=None,
         stall_timeout_s: float | None = None,
+        _extensions: Sequence[StreamTransformExtension] | None = None,
     ) -> None:
-        super().__init__()
-        self.location: CheckpointLocation | None = None
-        if checkpoint_id is not None:
-            self.location = parse_checkpoint_id(checkpoint_id)
         if thread_count < 1:
             raise ValueError(f"thread_count must be >= 1, got {thread_count}")
+        serialization_format = SerializationFormat(serialization_format)
+        if _extensions and serialization_format == SerializationFormat.SAFETENSORS:
+            # torch writes the safetensors blob untransformed yet records the transforms on
+            # its tensors, so no reader could decode them.
+            raise ValueError(
+                "_extensions (stream transforms) need SerializationFormat.TORCH_SAVE; torch "
+                "writes the SAFETENSORS blob without them"
+            )
+        # torch's constructor opens a local path; "" stands in until `fs` is ours.
+        _FileSystemWriter.__init__(
+            self,
+            path="",
+            single_file_per_rank=single_file_per_rank,
+            sync_files=False,  # an object is durable once its upload completes
+            thread_count=thread_count,
+            overwrite=overwrite,
+            _extensions=_extensions,
+            serialization_format=serialization_format,
+        )
         self.endpoint = endpoint
         self.token_provider = token_provider
-        self.single_file_per_rank = single_file_per_rank
-        self.thread_count = thread_count
-        self.overwrite = overwrite
-        self.serialization_format = SerializationFormat(serialization_format)
         self.chunk_bytes = chunk_bytes
         self._store_options = store_options(retry, stall_timeout_s)
-        self.save_id = str(uuid.uuid4())
-        self.rank: int | None = None
-        self.is_coordinator = False
-        self.use_collectives = True
         self._store: ObjectStore | None = None
+        self.fs = GCSObjectFiles(self._object_store, chunk_bytes)
+        self.location: CheckpointLocation | None = None
+        self.path = ""
+        if checkpoint_id is not None:
+            self._set_location(checkpoint_id)
+        self.is_coordinator = False
 
     # -- DCP StorageWriter API -----------------------------------------------------------------
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
-        """Starts a new save, optionally to another checkpoint id (ValueError if bad)."""
+        """Starts a new save (new save_id), optionally to another checkpoint id (ValueError if
+        bad)."""
+        super().reset(None)
         if checkpoint_id is not None:
-            self.location = parse_checkpoint_id(checkpoint_id)
-        self.save_id = str(uuid.uuid4())
+            self._set_location(checkpoint_id)
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
         """Records the rank and whether ranks coordinate (`use_collectives`)."""
+        super().set_up_storage_writer(is_coordinator, *args, **kwargs)
         self.is_coordinator = is_coordinator
-        self.rank = kwargs.get("rank")
-        self.use_collectives = kwargs.get("use_collectives", True)
-
-    def storage_meta(self) -> StorageMeta | None:
-        """StorageMeta(checkpoint_id=gs:// URL, save_id) recorded in `.metadata`."""
-        return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=self.save_id)
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         """Refuses an existing checkpoint when overwrite=False (checked by the coordinator, or
@@ -130,58 +214,120 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
         if checks and not self.overwrite:
             name = self._metadata_name(rank_zero=True)
             if self._object_store().exists(self._loc().bucket, self._loc().object_name(name)):
-                raise FileExistsError(
-                    f"checkpoint {self._loc().url(name)} already exists and overwrite=False"
+                raise CheckpointExistsError(
+                    f"Checkpoint already exists and overwrite=False: {self._loc().url(name)}"
                 )
         if not self.use_collectives and self.rank is not None:
-            plan = dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{self.rank}_"))
+            prefix = _StoragePrefix(f"__{self.rank}_{self._save_tag()}_")
+            plan = dataclasses.replace(plan, storage_data=prefix)
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
-        """Gives rank i the object prefix `__{i}_`; when overwriting, deletes the old
-        `.metadata` first so a half-overwritten checkpoint never looks complete."""
-        if self.overwrite:
-            loc = self._loc()
-            self._object_store().delete(loc.bucket, loc.object_name(METADATA_NAME))
+        """Gives rank i the object prefix `__{i}_{save}_` (see the module docstring)."""
+        tag = self._save_tag()
         return [
             plan
             if plan.storage_data is not None
-            else dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{i}_"))
+            else dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{i}_{tag}_"))
             for i, plan in enumerate(plans)
         ]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
-        """Serializes and uploads this rank's items, `thread_count` objects at a time.
+        """Serializes and uploads this rank's items, `thread_count` objects at a time (torch's
+        split and serialization; a group without items makes no object). On failure, deletes
+        the objects it wrote (best effort) and says so in a note on the error.
 
         Returns:
             a completed Future of one WriteResult per item (storage_data = _StorageInfo).
         """
+        self._loc()
         prefix = plan.storage_data.prefix
         if self.single_file_per_rank:
-            groups = _balance(plan.items, self.thread_count)
+            groups = _split_by_size_and_type(self.thread_count, plan.items)
         else:
             groups = [[item] for item in plan.items]
-        jobs = [(f"{prefix}{i}{SUFFIX}", g) for i, g in enumerate(groups) if g]
-        with ThreadPoolExecutor(max_workers=min(self.thread_count, max(1, len(jobs)))) as pool:
-            parts = list(pool.map(lambda job: self._write_object(*job, planner), jobs))
+        file_queue: queue.Queue = queue.Queue()
+        names = []
+        for i, group in enumerate(g for g in groups if g):
+            name = f"{prefix}{i}{DEFAULT_SUFFIX}"
+            names.append(name)
+            file_queue.put((self.fs.concat_path(self.path, name), name, group))
+        try:
+            return self._write_data(planner, file_queue)
+        except BaseException as exc:
+            exc.add_note(self._discard(names))
+            raise
+
+    def _write_data(self, planner: SavePlanner, file_queue: queue.Queue) -> Future:
+        # torch's own loop runs in `thread_count` threads, but a thread that fails loses its
+        # results silently; here the first failure fails the save.
+        results: queue.Queue = queue.Queue()
+        workers = max(1, min(self.thread_count, file_queue.qsize()))
+        if self.serialization_format == SerializationFormat.SAFETENSORS:
+            planner = _ContiguousTensors(planner)
+
+        def drain() -> None:
+            _write_files_from_queue(
+                create_stream=self.fs.create_stream,
+                file_queue=file_queue,
+                result_queue=results,
+                planner=planner,
+                transforms=self.transforms,
+                inflight_threshhold=self.per_thread_copy_ahead,
+                use_fsync=False,
+                thread_count=self.thread_count,
+                serialization_format=self.serialization_format,
+            )
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            for done in [pool.submit(drain) for _ in range(workers)]:
+                done.result()
+        written: list[WriteResult] = []
+        while not results.empty():
+            written += results.get_nowait()
         future: Future[list[WriteResult]] = Future()
-        future.set_result([result for part in parts for result in part])
+        future.set_result(written)
         return future
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
-        """Uploads `.metadata` (last; `ifGenerationMatch=0` when overwrite=False)."""
+        """Commits the save: uploads `.metadata` last (create-if-absent when overwrite=False;
+        when overwriting, replaces it and then deletes the objects the old one named).
+
+        Raises:
+            CheckpointExistsError: overwrite=False and another save committed first (this
+                save's objects are deleted, best effort). ObjectStoreError: the upload failed.
+        """
         metadata.version = CURRENT_DCP_VERSION
         metadata.storage_data = {r.index: r.storage_data for rs in results for r in rs}
         metadata.storage_meta = self.storage_meta()
+        ours = sorted({r.storage_data.relative_path for rs in results for r in rs})
         loc = self._loc()
-        self._object_store().upload(
-            loc.bucket,
-            loc.object_name(self._metadata_name(rank_zero=False)),
-            dump_metadata(metadata),
-            if_generation_match=None if self.overwrite else 0,
-        )
+        name = self._metadata_name(rank_zero=False)
+        body = dump_metadata(metadata)
+        store = self._object_store()
+        try:
+            if self.overwrite:
+                replaced = self._replace_metadata(loc.object_name(name), body)
+            else:
+                store.upload(loc.bucket, loc.object_name(name), body, if_generation_match=0)
+                replaced = []
+        except FileExistsError:
+            raise CheckpointExistsError(
+                f"Checkpoint already exists and overwrite=False: {loc.url(name)} was committed "
+                f"by another save while this one (save_id {self.save_id}) ran; "
+                + self._discard(ours)
+            ) from None
+        except BaseException as exc:
+            if not self._landed(loc.object_name(name), body):
+                exc.add_note(self._discard(ours))
+            raise
+        self._delete_stale([path for path in replaced if path not in set(ours)])
 
     # -- plumbing ------------------------------------------------------------------------------
+    def _set_location(self, checkpoint_id: str | os.PathLike) -> None:
+        self.location = parse_checkpoint_id(checkpoint_id)
+        self.path = self.location.url()
+
     def _loc(self) -> CheckpointLocation:
         if self.location is None:
             raise ValueError("GCSStorageWriter has no checkpoint_id; pass 'gs://bucket/prefix'")
@@ -197,110 +343,103 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
             )
         return self._store
 
+    def _save_tag(self) -> str:
+        return uuid.UUID(self.save_id).hex[:16]
+
+    def _replace_metadata(self, object_name: str, body: bytes) -> list[str]:
+        """Uploads `body` over `.metadata` at the generation just read; returns the relative
+        paths the replaced `.metadata` named ([] if none, or if it cannot be decoded)."""
+        loc, store = self._loc(), self._object_store()
+        for _ in range(_COMMIT_TRIES):
+            info = store.stat(loc.bucket, object_name)
+            previous: list[str] = []
+            if info is not None:
+                where = f"gs://{loc.bucket}/{object_name}"
+                try:
+                    old = store.read(loc.bucket, object_name, generation=info.generation)
+                    previous = sorted(
+                        {
+                            i.relative_path
+                            for i in load_metadata(old.data, source=where).storage_data.values()
+                        }
+                    )
+                except FileNotFoundError:
+                    continue  # replaced or deleted meanwhile: look again
+                except ValueError as e:  # undecodable (UnsafeMetadataError is one)
+                    warnings.warn(
+                        f"overwrite: cannot list the previous checkpoint's objects ({e}); they "
+                        "are kept",
+                        stacklevel=3,
+                    )
+            precondition = 0 if info is None else info.generation
+            try:
+                store.upload(loc.bucket, object_name, body, if_generation_match=precondition)
+            except FileExistsError:
+                continue  # another save committed between our read and our upload
+            return previous
+        raise ObjectStoreError(
+            f"overwrite of gs://{loc.bucket}/{object_name}: other saves replaced it "
+            f"{_COMMIT_TRIES} times while this one tried"
+        )
+
+    def _landed(self, object_name: str, body: bytes) -> bool:
+        """True if `.metadata` holds `body` (a failed upload may have landed after all)."""
+        try:
+            return self._object_store().download(self._loc().bucket, object_name) == body
+        except (OSError, ValueError):
+            return False
+
+    def _delete(self, relative_paths: list[str]) -> list[str]:
+        """Deletes objects below the checkpoint, best effort; returns the failures."""
+        loc, failed = self._loc(), []
+        for path in relative_paths:
+            try:
+                self._object_store().delete(loc.bucket, loc.object_name(path))
+            except OSError as e:
+                failed.append(f"{loc.url(path)} ({e})")
+        return failed
+
+    def _discard(self, relative_paths: list[str]) -> str:
+        """Deletes this save's objects, best effort; says what happened (for the error)."""
+        failed = self._delete(relative_paths)
+        if not failed:
+            return f"deleted this save's objects ({len(relative_paths)} name(s), best effort)"
+        return (
+            f"deleted {len(relative_paths) - len(failed)} of this save's {len(relative_paths)} "
+            f"object name(s); could not delete: {'; '.join(failed)}"
+        )
+
+    def _delete_stale(self, relative_paths: list[str]) -> None:
+        """Deletes the replaced checkpoint's objects; warns about any left behind."""
+        failed = self._delete(relative_paths)
+        if failed:
+            warnings.warn(
+                f"overwrite: {len(failed)} object(s) of the previous checkpoint were not "
+                f"deleted: {'; '.join(failed)}",
+                stacklevel=3,
+            )
+
     def _metadata_name(self, *, rank_zero: bool) -> str:
         if self.use_collectives or self.rank is None:
             return METADATA_NAME
         return f"__{0 if rank_zero else self.rank}{METADATA_NAME}"
 
-    def _write_object(
-        self, file_name: str, items: list[WriteItem], planner: SavePlanner
-    ) -> list[WriteResult]:
-        loc = self._loc()
-        stream = self._object_store().open_upload(
-            loc.bucket, loc.object_name(file_name), chunk_bytes=self.chunk_bytes
-        )
-        with stream:
-            results = []
-            for item in items:
-                if item.type == WriteItemType.BYTE_IO:
-                    data: io.BytesIO = planner.resolve_data(item)
-                    offset = stream.tell()
-                    stream.write(data.getbuffer())
-                    results.append(_result(item, file_name, offset, stream.tell() - offset))
-            tensors = [item for item in items if item.type != WriteItemType.BYTE_IO]
-            if self.serialization_format == SerializationFormat.SAFETENSORS:
-                results += self._write_safetensors(stream, file_name, tensors, planner)
-            else:
-                for item in tensors:
-                    tensor = _cpu_tensor(planner.resolve_data(item))
-                    offset = stream.tell()
-                    torch.save(tensor, stream)
-                    results.append(_result(item, file_name, offset, stream.tell() - offset))
-        return results
 
-    def _write_safetensors(
-        self, stream: UploadStream, file_name: str, items: list[WriteItem], planner: SavePlanner
-    ) -> list[WriteResult]:
-        """One safetensors blob of the tensors keyed by FQN, with DCP's sharding metadata; every
-        item's _StorageInfo points at the blob start with its tensor's byte length (as torch's
-        FileSystemWriter records it)."""
-        blob_start = stream.tell()
-        tensors = [_cpu_tensor(planner.resolve_data(item)).contiguous() for item in items]
-        names = [item.index.fqn for item in items]
-        sharding = {
-            item.index.fqn: {"saved_offsets": list(item.tensor_data.chunk.offsets)}
-            for item in items
-        }
-        header = encode_header(
-            [(n, t.dtype, tuple(t.shape)) for n, t in zip(names, tensors, strict=True)],
-            {
-                CUSTOM_METADATA_KEY: json.dumps(sharding),
-                DCP_VERSION_KEY: str(HF_DCP_VERSION),
-                FORMAT_KEY: FORMAT_VALUE,
-            },
-        )
-        stream.write(header)
-        results = []
-        for item, tensor in zip(items, tensors, strict=True):
-            if tensor.numel():
-                stream.write(tensor.reshape(-1).view(torch.uint8).numpy())
-            results.append(_result(item, file_name, blob_start, tensor.nbytes))
-        return results
+class _ContiguousTensors:
+    """A planner whose tensors are contiguous: safetensors stores dense row-major bytes and
+    torch's writer refuses views (a transposed or strided tensor); this writer packs them."""
+
+    def __init__(self, planner: SavePlanner) -> None:
+        self._planner = planner
+
+    def resolve_data(self, item):
+        data = self._planner.resolve_data(item)
+        return data.contiguous() if isinstance(data, torch.Tensor) else data
 
 
-def _cpu_tensor(data: Any) -> torch.Tensor:
-    """A CPU tensor whose storage holds just its own bytes (torch.save writes whole storages)."""
-    tensor = data.detach()
-    if tensor.device.type != "cpu":
-        tensor = tensor.cpu()
-    if tensor.untyped_storage().nbytes() != tensor.nbytes:
-        tensor = tensor.clone()
-    return tensor
+class CheckpointExistsError(RuntimeError, FileExistsError):
+    """A save was refused because the checkpoint exists and overwrite=False.
 
-
-def _result(item: WriteItem, file_name: str, offset: int, length: int) -> WriteResult:
-    return WriteResult(
-        index=item.index,
-        size_in_bytes=length,
-        storage_data=_StorageInfo(file_name, offset, length),
-    )
-
-
-def _item_bytes(item: WriteItem) -> int:
-    data = item.tensor_data
-    numel = 1
-    for d in data.size:
-        numel *= d
-    return numel * data.properties.dtype.itemsize
-
-
-def _balance(items: list[WriteItem], bins: int) -> list[list[WriteItem]]:
-    """Splits items into `bins` groups: BYTE_IO round-robin, tensors largest first into the
-    group with the fewest bytes so far."""
-    if bins == 1:
-        return [list(items)]
-    groups: list[list[WriteItem]] = [[] for _ in range(bins)]
-    byte_items = [item for item in items if item.type == WriteItemType.BYTE_IO]
-    for i, item in enumerate(byte_items):
-        groups[i % bins].append(item)
-    tensors = sorted(
-        (item for item in items if item.type != WriteItemType.BYTE_IO),
-        key=_item_bytes,
-        reverse=True,
-    )
-    heap = [(0, i) for i in range(bins)]
-    for item in tensors:
-        load, i = heapq.heappop(heap)
-        groups[i].append(item)
-        heapq.heappush(heap, (load + _item_bytes(item), i))
-    return groups
+    A RuntimeError with torch's wording ("Checkpoint already exists", as FileSystemWriter
+    raises it) and a FileExistsError naming the `.metadata` object.
+    """

@@ -1,4 +1,6 @@
-"""Bearer tokens from Google Application Default Credentials (google-auth)."""
+"""Bearer tokens from Google Application Default Credentials (google-auth): the one token
+provider of the package, for the C++ range reader (a callable) and for google-cloud-storage
+(wrapped by `TokenProviderCredentials`)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import threading
 from gcsckpt.io import defaults
 
 READ_ONLY_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
+READ_WRITE_SCOPE = "https://www.googleapis.com/auth/devstorage.read_write"
 # Refresh this long before expiry (the C++ token cache uses the same margin); google-auth itself
 # treats tokens as stale ~3.75 min early.
 REFRESH_MARGIN_S = defaults.TOKEN_REFRESH_MARGIN_S
@@ -21,19 +24,21 @@ class GoogleAuthTokenProvider:
 
     Args:
         credentials: a ``google.auth.credentials.Credentials``; None loads Application Default
-            Credentials with the ``devstorage.read_only`` scope.
+            Credentials with ``scope``.
+        scope: OAuth2 scope for ADC (default ``devstorage.read_only``; uploads need
+            ``READ_WRITE_SCOPE``).
 
     Raises:
         google.auth.exceptions.DefaultCredentialsError: no ADC is configured.
         google.auth.exceptions.RefreshError: (on call) the token could not be refreshed.
     """
 
-    def __init__(self, credentials=None):
+    def __init__(self, credentials=None, scope: str = READ_ONLY_SCOPE):
         import google.auth
         import google.auth.transport.requests
 
         if credentials is None:
-            credentials, _ = google.auth.default(scopes=[READ_ONLY_SCOPE])
+            credentials, _ = google.auth.default(scopes=[scope])
         self._credentials = credentials
         self._request = google.auth.transport.requests.Request()
         self._lock = threading.Lock()
@@ -74,10 +79,32 @@ def _utcnow_naive() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
 
 
-def default_token_provider() -> GoogleAuthTokenProvider:
-    """A token provider backed by Application Default Credentials (read-only GCS scope).
+def default_token_provider(scope: str = READ_ONLY_SCOPE) -> GoogleAuthTokenProvider:
+    """A token provider backed by Application Default Credentials with ``scope`` (default
+    read-only GCS).
 
     Raises:
         google.auth.exceptions.DefaultCredentialsError: no ADC is configured.
     """
-    return GoogleAuthTokenProvider()
+    return GoogleAuthTokenProvider(scope=scope)
+
+
+def token_provider_credentials(token_provider):
+    """google-auth credentials that put ``token_provider()`` (a callable returning an OAuth2
+    access token, str) into every request's Authorization header, so google-cloud-storage uses
+    the same tokens (and the same refresh margin) as the range reader. A 401 makes the
+    transport call ``refresh`` and retry once, which asks the provider again."""
+    import google.auth.credentials
+
+    class TokenProviderCredentials(google.auth.credentials.Credentials):
+        def refresh(self, request) -> None:
+            self.token = token_provider()
+
+        def before_request(self, request, method, url, headers) -> None:
+            self.token = token_provider()
+            headers["authorization"] = f"Bearer {self.token}"
+
+        def __repr__(self) -> str:
+            return f"TokenProviderCredentials({token_provider!r})"
+
+    return TokenProviderCredentials()

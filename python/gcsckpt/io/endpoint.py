@@ -37,3 +37,16 @@ def is_emulator_endpoint(endpoint: str) -> bool:
     """
     host = urllib.parse.urlsplit(resolve_endpoint(endpoint)).hostname or ""
     return not (host == "googleapis.com" or host.endswith(".googleapis.com"))
+
+
+def quote_object(name: str) -> str:
+    """Percent-encodes an object name for a URL path segment (UTF-8, nothing left unescaped, as
+    GCS requires: '/' becomes %2F)."""
+    return urllib.parse.quote(name, safe="")
+
+
+def media_path(bucket: str, name: str) -> str:
+    """The JSON API media download path of gs://bucket/name,
+    ``/download/storage/v1/b/{bucket}/o/{name}?alt=media`` (the path the C++ engine's url.cc
+    builds too)."""
+    return f"/download/storage/v1/b/{quote_object(bucket)}/o/{quote_object(name)}?alt=media"

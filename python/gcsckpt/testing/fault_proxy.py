@@ -105,7 +105,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _proxy(self) -> None:
         body = self._read_body()
-        fault = self.server.plan.choose(self.command, self.path)
+        fault = self.server.plan.choose(self.command, self.path, body)
         if fault is not None and fault.kind == "status":
             self._answer_status(fault)
             return

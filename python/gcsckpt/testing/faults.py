@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import fnmatch
+import json
 import re
 import threading
 import urllib.parse
@@ -11,6 +13,9 @@ import urllib.parse
 KINDS = ("status", "reset_mid_body", "stall", "short_body", "wrong_content_range")
 
 _OBJECT_PATH = re.compile(r"^/(?:download/|upload/)?storage/v1/b/[^/]+/o/(?P<object>[^?]+)")
+# The object resource's "name" in a multipart upload's first part or a resumable upload's start.
+_BODY_NAME = re.compile(rb'"name"\s*:\s*("(?:[^"\\]|\\.)*")')
+_BODY_NAME_SCAN = 64 << 10  # the resource comes first; no need to scan a big body
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +34,8 @@ class Fault:
       nth: inject only into the nth (1-based) request this rule matches (then `count` is unused).
       object_name: match only requests for this object (decoded name, from the URL path);
         None: any object.
+      object_glob: match only objects whose name matches this fnmatch pattern (e.g.
+        "ckpt/__0_*.distcp", for names a writer makes up); None: any object.
       media_only: match only media reads (GET/HEAD with alt=media); False: any request.
       stall_s: pause for kind "stall", seconds.
       after_bytes: body bytes sent before a mid-body fault; None: half the body.
@@ -39,6 +46,7 @@ class Fault:
     count: int | None = 1
     nth: int | None = None
     object_name: str | None = None
+    object_glob: str | None = None
     media_only: bool = True
     stall_s: float = 2.0
     after_bytes: int | None = None
@@ -63,14 +71,19 @@ class Fault:
         return min(want, body_length)
 
 
-def object_of(path: str) -> str | None:
-    """The decoded object name in a JSON API request path, or None (listing, bucket calls)."""
+def object_of(path: str, body: bytes | None = None) -> str | None:
+    """The decoded object name of a JSON API request, or None (listing, bucket calls): from the
+    URL path, else the `name` query parameter (media uploads), else the object resource at the
+    start of the body (multipart uploads, resumable upload starts)."""
     match = _OBJECT_PATH.match(path)
     if match:
         return urllib.parse.unquote(match.group("object"))
     query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
-    names = query.get("name")  # uploads carry the name in the query
-    return names[0] if names else None
+    names = query.get("name")
+    if names:
+        return names[0]
+    found = _BODY_NAME.search(body[:_BODY_NAME_SCAN]) if body else None
+    return json.loads(found.group(1)) if found else None
 
 
 def is_media_read(method: str, path: str) -> bool:
@@ -94,10 +107,11 @@ class FaultPlan:
         self._requests = 0
         self._lock = threading.Lock()
 
-    def choose(self, method: str, path: str) -> Fault | None:
-        """Registers one request and returns the fault to inject into it, or None."""
+    def choose(self, method: str, path: str, body: bytes | None = None) -> Fault | None:
+        """Registers one request (with its body, if any) and returns the fault to inject into
+        it, or None."""
         media = is_media_read(method, path)
-        name = object_of(path)
+        name = object_of(path, body)
         with self._lock:
             self._requests += 1
             chosen = None
@@ -105,6 +119,10 @@ class FaultPlan:
                 if fault.media_only and not media:
                     continue
                 if fault.object_name is not None and fault.object_name != name:
+                    continue
+                if fault.object_glob is not None and (
+                    name is None or not fnmatch.fnmatchcase(name, fault.object_glob)
+                ):
                     continue
                 self._seen[i] += 1
                 if chosen is not None:

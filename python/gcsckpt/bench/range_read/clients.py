@@ -17,6 +17,7 @@ import numpy as np
 
 from gcsckpt.bench.range_read.ranges import RangeSet
 from gcsckpt.io import RangeReader, RangeRequest
+from gcsckpt.io.endpoint import media_path
 
 
 @dataclasses.dataclass
@@ -26,12 +27,6 @@ class RoundCounts:
     requests: int | None
     bytes_received: int | None
     retries: int | None = None
-
-
-def media_path(bucket: str, name: str) -> str:
-    """JSON API media download path of gs://bucket/name."""
-    quote = urllib.parse.quote
-    return f"/download/storage/v1/b/{quote(bucket, safe='')}/o/{quote(name, safe='')}?alt=media"
 
 
 def dests_match(range_set: RangeSet, dests: list[np.ndarray], source: np.ndarray) -> bool:

@@ -7,8 +7,9 @@ import dataclasses
 from gcsckpt.bench.cases.catalogue import Case
 from gcsckpt.bench.cases.selection import select_run_cases
 from gcsckpt.bench.runner.bucket_type import run_bucket_type
-from gcsckpt.bench.runner.storage import DEFAULT_LOCAL_DIR, parse_bucket
+from gcsckpt.bench.runner.storage import DEFAULT_LOCAL_DIR
 from gcsckpt.bench.worker.jobs import READERS
+from gcsckpt.dcp.paths import parse_checkpoint_id
 from gcsckpt.models.configs import SCALES
 
 DEVICES = ("cpu", "cuda")
@@ -91,7 +92,10 @@ class RunConfig:
         if self.bucket is None and self.endpoint is not None:
             raise ValueError("an emulator endpoint needs --bucket=gs://...")
         if self.bucket is not None:
-            parse_bucket(self.bucket)
+            try:
+                parse_checkpoint_id(self.bucket)
+            except ValueError as e:
+                raise ValueError(f"--bucket must look like gs://bucket[/prefix]: {e}") from None
             if self.latency_ms or self.stream_mbps:
                 raise ValueError(
                     "--latency_ms/--stream_mbps model the local endpoint; drop --bucket"

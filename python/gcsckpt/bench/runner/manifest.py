@@ -5,8 +5,8 @@ Layout below ``gs://<bucket>/<prefix>/<case>/``: ``checkpoint/`` (the DCP object
 written last by the runner. A checkpoint is reused only when the manifest exists, its config hash
 (``parallel.app_state.state_config_hash`` with the save seed) matches, every rank's checksum
 object exists, and the objects under ``checkpoint/`` are exactly the ones the manifest lists,
-with the same sizes. Uses google-cloud-storage (anonymous against an emulator, Application
-Default Credentials against GCS).
+with the same sizes. Talks to GCS through ``gcsckpt.io.ObjectStore`` (anonymous against an
+emulator, Application Default Credentials against GCS).
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-from typing import Any
-
-from google.api_core.exceptions import NotFound
 
 from gcsckpt.bench.worker.jobs import Storage, checksums_object
+from gcsckpt.io import ObjectStore
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
@@ -58,35 +56,35 @@ def manifest_object(storage: Storage) -> str:
     return f"{storage.setup_prefix}/{MANIFEST_NAME}"
 
 
-def list_sizes(client: Any, bucket: str, prefix: str) -> dict[str, int]:
+def list_sizes(store: ObjectStore, bucket: str, prefix: str) -> dict[str, int]:
     """Object name (relative to ``prefix``) -> size in bytes, for every object under ``prefix/``."""
     folder = f"{prefix}/"
-    return {
-        blob.name[len(folder) :]: int(blob.size)
-        for blob in client.list_blobs(bucket, prefix=folder)
-    }
+    return {info.name[len(folder) :]: info.size for info in store.list_objects(bucket, folder)}
 
 
-def delete_prefix(client: Any, bucket: str, prefix: str) -> int:
+def delete_prefix(store: ObjectStore, bucket: str, prefix: str) -> int:
     """Deletes every object under ``prefix/``; returns how many."""
-    blobs = list(client.list_blobs(bucket, prefix=f"{prefix}/"))
-    for blob in blobs:
-        blob.delete()
-    return len(blobs)
+    names = store.list(bucket, f"{prefix}/")
+    for name in names:
+        store.delete(bucket, name)
+    return len(names)
 
 
-def read_manifest(client: Any, storage: Storage) -> SetupManifest | None:
+def read_manifest(store: ObjectStore, storage: Storage) -> SetupManifest | None:
     """The case's manifest, or None when it is absent or unreadable (then setup runs again)."""
-    blob = client.bucket(storage.bucket).blob(manifest_object(storage))
     try:
-        data = json.loads(blob.download_as_bytes())
+        data = json.loads(store.download(storage.bucket, manifest_object(storage)))
         return SetupManifest(**data)
-    except (NotFound, ValueError, TypeError):  # absent, not JSON, or another layout: set up again
+    except (FileNotFoundError, ValueError, TypeError):  # absent, not JSON, other layout: again
         return None
 
 
 def reusable(
-    client: Any, storage: Storage, manifest: SetupManifest | None, config_hash: str, world_size: int
+    store: ObjectStore,
+    storage: Storage,
+    manifest: SetupManifest | None,
+    config_hash: str,
+    world_size: int,
 ) -> str | None:
     """Why the stored checkpoint cannot be reused, or None when it can.
 
@@ -102,10 +100,10 @@ def reusable(
         return f"config hash {manifest.config_hash} != {config_hash}"
     if manifest.world_size != world_size:
         return f"world size {manifest.world_size} != {world_size}"
-    stored = list_sizes(client, storage.bucket, storage.checkpoint_prefix)
+    stored = list_sizes(store, storage.bucket, storage.checkpoint_prefix)
     if stored != manifest.objects:
         return "checkpoint objects differ from the manifest's list"
-    setup = list_sizes(client, storage.bucket, storage.setup_prefix)
+    setup = list_sizes(store, storage.bucket, storage.setup_prefix)
     folder = f"{storage.setup_prefix}/"
     for rank in range(world_size):
         if checksums_object(storage.setup_prefix, rank)[len(folder) :] not in setup:
@@ -114,14 +112,14 @@ def reusable(
 
 
 def write_manifest(
-    client: Any, storage: Storage, case_name: str, config_hash: str, world_size: int
+    store: ObjectStore, storage: Storage, case_name: str, config_hash: str, world_size: int
 ) -> SetupManifest:
     """Lists the checkpoint's objects and writes the manifest (the last object of a setup).
 
     Raises:
       RuntimeError: the checkpoint has no ``.metadata`` (the save did not finish).
     """
-    objects = list_sizes(client, storage.bucket, storage.checkpoint_prefix)
+    objects = list_sizes(store, storage.bucket, storage.checkpoint_prefix)
     if ".metadata" not in objects:
         raise RuntimeError(f"{storage.checkpoint_url}/.metadata is missing after the save")
     manifest = SetupManifest(
@@ -132,6 +130,5 @@ def write_manifest(
         created_at=datetime.datetime.now(datetime.UTC).isoformat(),
     )
     body = json.dumps(dataclasses.asdict(manifest), indent=1, sort_keys=True)
-    blob = client.bucket(storage.bucket).blob(manifest_object(storage))
-    blob.upload_from_string(body, content_type="application/json")
+    store.upload(storage.bucket, manifest_object(storage), body.encode())
     return manifest

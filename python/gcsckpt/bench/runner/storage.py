@@ -9,10 +9,11 @@ Credentials), or on an emulator when an endpoint is given (``STORAGE_EMULATOR_HO
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from gcsckpt.bench.worker.jobs import Storage
-from gcsckpt.testing import LocalGCS, storage_client
+from gcsckpt.dcp.paths import parse_checkpoint_id
+from gcsckpt.io import ObjectStore
+from gcsckpt.testing import LocalGCS
 
 LOCAL_BUCKET = "gcsckpt-bench"
 DEFAULT_LOCAL_DIR = os.path.join("~", ".cache", "gcsckpt", "local-gcs")
@@ -20,20 +21,6 @@ DEFAULT_LOCAL_DIR = os.path.join("~", ".cache", "gcsckpt", "local-gcs")
 ENDPOINT_LOCAL = "local"  # the embedded LocalGCS
 ENDPOINT_EMULATOR = "emulator"  # a caller-run emulator at STORAGE_EMULATOR_HOST
 ENDPOINT_GCS = "gcs"  # storage.googleapis.com
-
-
-def parse_bucket(url: str) -> tuple[str, str]:
-    """``gs://bucket[/prefix]`` -> (bucket, prefix without surrounding slashes).
-
-    Raises:
-      ValueError: not a ``gs://`` URL or no bucket name.
-    """
-    if not url.startswith("gs://"):
-        raise ValueError(f"--bucket {url!r} must look like gs://bucket[/prefix]")
-    bucket, _, prefix = url[len("gs://") :].partition("/")
-    if not bucket:
-        raise ValueError(f"--bucket {url!r} names no bucket")
-    return bucket, prefix.strip("/")
 
 
 class BenchStorage:
@@ -64,7 +51,7 @@ class BenchStorage:
         self._local_dir = os.path.expanduser(local_dir)
         self._latency_ms = latency_ms
         self._stream_mbps = stream_mbps
-        self._client: Any = None
+        self._client: ObjectStore | None = None
         if bucket_url is None:
             self.kind, self.bucket, self.prefix, self.endpoint = (
                 ENDPOINT_LOCAL,
@@ -73,7 +60,8 @@ class BenchStorage:
                 None,
             )
         else:
-            self.bucket, self.prefix = parse_bucket(bucket_url)
+            location = parse_checkpoint_id(bucket_url)
+            self.bucket, self.prefix = location.bucket, location.prefix
             self.endpoint = endpoint
             self.kind = ENDPOINT_EMULATOR if endpoint else ENDPOINT_GCS
 
@@ -95,15 +83,11 @@ class BenchStorage:
             self._local = None
 
     @property
-    def client(self) -> Any:
-        """A google.cloud.storage.Client for the bucket's endpoint (made on first use)."""
+    def client(self) -> ObjectStore:
+        """The ``gcsckpt.io.ObjectStore`` for the bucket's endpoint (made on first use; real GCS
+        when no endpoint is set)."""
         if self._client is None:
-            if self.endpoint is not None:
-                self._client = storage_client(self.endpoint)
-            else:
-                from google.cloud import storage
-
-                self._client = storage.Client()
+            self._client = ObjectStore(self.endpoint)
         return self._client
 
     def for_case(self, case_name: str) -> Storage:

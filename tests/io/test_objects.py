@@ -1,0 +1,138 @@
+"""ObjectStore (google-cloud-storage) against LocalGCS: reads with generation, stat, list, delete,
+uploads of every size, the RetryPolicy on control-plane requests, error mapping."""
+
+from __future__ import annotations
+
+import pytest
+from io_fixtures import BUCKET, FAST_RETRY, object_bytes
+
+from gcsckpt.io import ObjectStore, ObjectStoreError, RetryPolicy
+from gcsckpt.io.retry import RETRYABLE_STATUSES, api_core_retry, is_retryable
+from gcsckpt.testing import Fault, FaultProxy
+
+
+@pytest.fixture(scope="module")
+def store(gcs):
+    with ObjectStore(gcs.endpoint, retry=FAST_RETRY) as s:
+        yield s
+
+
+def test_upload_read_stat_list_delete(gcs, store):
+    data = object_bytes(100_000, seed=1)
+    generation = store.upload(BUCKET, "objects/a b/one", data)
+    got = store.read(BUCKET, "objects/a b/one")
+    assert got.data == data and gcs.get(BUCKET, "objects/a b/one") == data
+    info = store.stat(BUCKET, "objects/a b/one")
+    assert info.name == "objects/a b/one" and info.size == 100_000
+    assert info.generation == generation and generation is not None and generation > 0
+    store.upload(BUCKET, "objects/two", b"xy")
+    listed = store.list_objects(BUCKET, "objects/")
+    assert [(o.name, o.size) for o in listed] == [("objects/a b/one", 100_000), ("objects/two", 2)]
+    assert store.list(BUCKET, "objects/t") == ["objects/two"]
+    store.delete(BUCKET, "objects/two")
+    assert not store.exists(BUCKET, "objects/two") and store.size(BUCKET, "objects/two") is None
+    store.delete(BUCKET, "objects/two")  # missing_ok
+    with pytest.raises(FileNotFoundError, match=rf"gs://{BUCKET}/objects/two: not found"):
+        store.delete(BUCKET, "objects/two", missing_ok=False)
+    with pytest.raises(FileNotFoundError, match=rf"gs://{BUCKET}/objects/two: not found"):
+        store.read(BUCKET, "objects/two")
+
+
+@pytest.mark.parametrize("size", [1, 256 << 10, (256 << 10) + 1, (1 << 20) + 12345])
+def test_streamed_upload_of_any_size(gcs, store, size):
+    # chunk 256 KiB: up to one chunk goes as one upload, more as a resumable upload.
+    data = object_bytes(size, seed=size)
+    name = f"stream/{size}"
+    with store.open_upload(BUCKET, name, chunk_bytes=1) as out:
+        for start in range(0, size, 100_000):
+            out.write(data[start : start + 100_000])
+        assert out.tell() == size
+    assert gcs.get(BUCKET, name) == data
+
+
+def test_aborted_stream_creates_nothing(store):
+    with pytest.raises(RuntimeError, match="stop"):
+        with store.open_upload(BUCKET, "aborted", chunk_bytes=256 << 10) as out:
+            out.write(b"z" * (600 << 10))  # a resumable session has started
+            raise RuntimeError("stop")
+    assert not store.exists(BUCKET, "aborted")
+
+
+def test_policy_drives_control_plane_retries(gcs):
+    name = "retry/.metadata"
+    gcs.put(BUCKET, name, b"meta")
+    fault = Fault(kind="status", status=503, count=2, media_only=False, object_name=name)
+    with FaultProxy(gcs.endpoint, [fault]) as proxy:
+        with ObjectStore(proxy.endpoint, retry=FAST_RETRY) as s:
+            assert s.download(BUCKET, name) == b"meta"
+        assert proxy.injected_per_fault == [2] and proxy.requests == 3
+    policy = RetryPolicy(max_attempts=2, initial_backoff_s=0.001, max_backoff_s=0.002)
+    with FaultProxy(gcs.endpoint, [fault]) as proxy:
+        with ObjectStore(proxy.endpoint, retry=policy) as s:
+            with pytest.raises(ObjectStoreError) as info:
+                s.download(BUCKET, name)
+        assert proxy.requests == 2
+    message = str(info.value)
+    assert message.startswith(
+        f"GET gs://{BUCKET}/retry/.metadata failed after 2 attempt(s): HTTP 503"
+    )
+
+
+def test_non_retryable_status_fails_at_once(gcs):
+    fault = Fault(kind="status", status=403, count=None, media_only=False)
+    with FaultProxy(gcs.endpoint, [fault]) as proxy:
+        with ObjectStore(proxy.endpoint, retry=FAST_RETRY) as s:
+            with pytest.raises(ObjectStoreError, match=r"after 1 attempt\(s\): HTTP 403"):
+                s.upload(BUCKET, "forbidden", b"x")
+        assert proxy.requests == 1
+
+
+def test_create_if_absent_refusal_and_lost_answer(gcs, store):
+    name = "absent/.metadata"
+    refused = Fault(kind="status", status=412, count=None, media_only=False, object_name=name)
+    with FaultProxy(gcs.endpoint, [refused]) as proxy:
+        with ObjectStore(proxy.endpoint, retry=FAST_RETRY) as s:
+            with pytest.raises(FileExistsError, match=rf"gs://{BUCKET}/{name}: precondition"):
+                s.upload(BUCKET, name, b"new", if_generation_match=0)
+        assert proxy.requests == 1
+    # The first attempt lands but its answer is lost; the retry is refused (the object exists):
+    # the same bytes are there, so the upload succeeded.
+    faults = [
+        Fault(kind="reset_mid_body", nth=1, media_only=False, object_name=name, after_bytes=0),
+        Fault(kind="status", status=412, nth=2, media_only=False, object_name=name),
+    ]
+    with FaultProxy(gcs.endpoint, faults) as proxy:
+        with ObjectStore(proxy.endpoint, retry=FAST_RETRY) as s:
+            generation = s.upload(BUCKET, name, b"mine", if_generation_match=0)
+        assert proxy.injected_per_fault == [1, 1]
+    assert gcs.get(BUCKET, name) == b"mine"
+    assert generation == store.stat(BUCKET, name).generation
+
+
+def test_retry_conversion_keeps_the_policy():
+    policy = RetryPolicy(max_attempts=3, initial_backoff_s=0.25, max_backoff_s=1.5, deadline_s=7)
+    retry = api_core_retry(policy)
+    assert (retry._initial, retry._maximum, retry._multiplier, retry._timeout) == (
+        0.25,
+        1.5,
+        2.0,
+        7,
+    )
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        raise ConnectionResetError("reset")
+
+    fast = api_core_retry(RetryPolicy(max_attempts=3, initial_backoff_s=0, max_backoff_s=0))
+    with pytest.raises(ConnectionResetError) as info:
+        fast(flaky)()
+    assert len(calls) == 3 and info.value.gcsckpt_attempts == 3
+    from google.api_core import exceptions
+
+    assert RETRYABLE_STATUSES == {408, 429, 500, 502, 503, 504}
+    for status in (408, 429, 500, 502, 503, 504):
+        assert is_retryable(exceptions.from_http_status(status, "x"))
+    for status in (400, 401, 403, 404, 412, 416):
+        assert not is_retryable(exceptions.from_http_status(status, "x"))
+    assert not is_retryable(ValueError("bad"))
