@@ -94,7 +94,8 @@ class Cas:
 
     def read(self, digests: list[re_pb2.Digest]) -> dict[str, bytes]:
         """Blobs by hash; raises MissingBlobError naming the first absent digest."""
-        out: dict[str, bytes] = {}
+        # The empty blob is in every CAS by definition; clients never upload it.
+        out: dict[str, bytes] = {d.hash: b"" for d in digests if d.size_bytes == 0}
         todo = {d.hash: d for d in digests if d.hash not in out}
         small = [d for d in todo.values() if d.size_bytes < BATCH_BYTES]
         for batch in batches(small):
@@ -142,6 +143,7 @@ class Cas:
 
     def upload(self, blobs: dict[str, tuple[re_pb2.Digest, bytes | Path]]) -> None:
         """Uploads the blobs (bytes, or a file to stream) that FindMissingBlobs reports absent."""
+        blobs = {h: b for h, b in blobs.items() if b[0].size_bytes > 0}
         if not blobs:
             return
         missing = self.cas.FindMissingBlobs(

@@ -13,6 +13,7 @@ import unittest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).absolute().parent))
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # no INFO line per closed connection
 
 import grpc  # noqa: E402
 import service  # noqa: E402
@@ -29,6 +30,7 @@ from buildgrid.common.protos.google.rpc import code_pb2  # noqa: E402
 PLATFORM = [("ISA", "x86-64"), ("OSFamily", "Linux")]
 # Three arguments with spaces, quotes and an empty one: they must arrive unchanged.
 ARGS_SCRIPT = b"""#!/bin/sh
+[ -f data/empty.txt ] && [ ! -s data/empty.txt ] || exit 9
 printf '%s|' "$@" > out/args.txt
 mkdir -p out/dir/nested
 cp data/in.txt out/dir/copy.txt
@@ -135,7 +137,11 @@ class WorkerTest(unittest.TestCase):
     def test_action_end_to_end(self):
         c = self.client
         env = {"PATH": "/bin:/usr/bin", "GCSCKPT_ONLY": "a b", "EMPTY": ""}
-        files = {"bin/args.sh": (ARGS_SCRIPT, True), "data/in.txt": (b"input bytes\n", False)}
+        files = {
+            "bin/args.sh": (ARGS_SCRIPT, True),
+            "data/in.txt": (b"input bytes\n", False),
+            "data/empty.txt": (b"", False),  # the empty blob: never uploaded, always there
+        }
         outputs = ["out/args.txt", "out/exe.sh", "out/absent.txt"]
         args = ["bin/args.sh", "one two", "'q'", ""]
         digest = c.action(args, env, files, outputs=outputs, output_dirs=["out/dir"])
