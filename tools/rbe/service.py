@@ -193,6 +193,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="number of bot processes")
     parser.add_argument("--endpoint-file", help="also write the endpoint URL here")
     parser.add_argument("--keep-state", action="store_true", help="keep the state folder (logs)")
+    parser.add_argument("--log-dir", help="copy every process's log here on exit")
     args = parser.parse_args()
 
     # A fresh state folder under /tmp; 0711 so the `postgres` user reaches its data folder.
@@ -227,6 +228,10 @@ def main() -> int:
         status = 1
     finally:
         service.stop()
+        if args.log_dir:
+            Path(args.log_dir).mkdir(parents=True, exist_ok=True)
+            for log in state.glob("*.log"):
+                shutil.copy(log, args.log_dir)
         if args.keep_state:
             service.say(f"state kept in {state}")
         else:
