@@ -9,6 +9,7 @@ deterministically, not by timing.
 
 from __future__ import annotations
 
+import fnmatch
 import threading
 from typing import Any
 
@@ -22,7 +23,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
 from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
-from gcsckpt.io import RetryPolicy
+from gcsckpt.io import ObjectStore, RetryPolicy
 from gcsckpt.testing import json_api
 
 BUCKET = "async"
@@ -104,6 +105,13 @@ def mismatches(got: Any, want: Any, path: str = "") -> list[str]:
     return [] if got == want else [path]
 
 
+def rank_data_objects(endpoint: str, prefix: str, rank: int) -> list[str]:
+    """Names of rank ``rank``'s data objects under gs://BUCKET/prefix (``__{rank}_{save}_{i}``)."""
+    with ObjectStore(endpoint) as store:
+        names = store.list(BUCKET, f"{prefix}/")
+    return [n for n in names if fnmatch.fnmatchcase(n, f"{prefix}/__{rank}_*.distcp")]
+
+
 def exists(endpoint: str, name: str) -> bool:
     try:
         json_api.download(endpoint, BUCKET, name)
@@ -138,7 +146,7 @@ def overlap(rank: int, endpoint: str, prefix: str) -> dict[str, Any]:
         if not writer.in_finish.wait(WAIT_S):
             raise TimeoutError("coordinator never reached finish")
         report["data_objects_before_finish"] = [
-            exists(endpoint, f"{prefix}/__{r}_0.distcp") for r in (0, 1)
+            bool(rank_data_objects(endpoint, prefix, r)) for r in (0, 1)
         ]
         report["metadata_before_finish"] = exists(endpoint, f"{prefix}/.metadata")
         report["done_before_finish"] = future.done()

@@ -40,15 +40,16 @@ def test_training_continues_and_future_waits_for_metadata(gcs):
 
 
 def test_failed_upload_surfaces_in_the_future_and_leaves_no_metadata(gcs):
-    name = "failing/__1_0.distcp"
-    fault = Fault(kind="status", status=503, count=None, media_only=False, object_name=name)
+    # Data object names carry the save's id (``__{rank}_{save}_{i}.distcp``): match rank 1's.
+    pattern = "failing/__1_*.distcp"
+    fault = Fault(kind="status", status=503, count=None, media_only=False, object_glob=pattern)
     with FaultProxy(gcs.endpoint, [fault]) as proxy:
         reports = _run(async_ranks.failing, proxy.endpoint, "failing")
         assert proxy.injected_per_fault[0] >= 2  # both attempts refused
     for report in reports:
         assert report["type"] == "CheckpointException"
         assert report["failed_ranks"] == [1]
-        assert f"gs://{async_ranks.BUCKET}/{name}" in report["message"]
+        assert f"gs://{async_ranks.BUCKET}/failing/__1_" in report["message"]
         assert "503" in report["message"]
         assert report["metadata"] is False
     assert not async_ranks.exists(gcs.endpoint, "failing/.metadata")

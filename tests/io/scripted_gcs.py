@@ -141,7 +141,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.wfile.write(body)
+            self.wfile.flush()
+        except OSError:  # the client hung up after the headers (e.g. a generation it refuses)
+            self.close_connection = True
         return status
 
 

@@ -9,6 +9,7 @@ that echoes the request's Authorization header.
 from __future__ import annotations
 
 import pickle
+import time
 
 import pytest
 from io_fixtures import BUCKET, FAST_RETRY, object_bytes
@@ -49,6 +50,10 @@ def test_overwrite_between_gets_fails_as_object_changed(on_old_generation):
         assert handle.num_fetches == 8
         with pytest.raises(ObjectChangedError) as info:
             handle.wait()
+        # The server records a GET after answering it: let the last answer's record land.
+        deadline = time.monotonic() + 10.0
+        while len(server.seen) < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
         seen = server.seen
     err = info.value
     assert not isinstance(err, ObjectNotFoundError)  # not a misleading "does not exist"

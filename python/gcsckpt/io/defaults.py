@@ -44,7 +44,7 @@ single numbers move by +-25 %; the choices below held across repeated runs.
   fewer, larger write callbacks per byte.
 """
 
-import _gcsio
+from gcsckpt.io.extension import _gcsio
 
 _TABLE = _gcsio.DEFAULTS
 

@@ -286,6 +286,19 @@ class ObjectStore:
             return None
         return ObjectInfo(blob.name, int(blob.size or 0), _generation(blob.generation))
 
+    def bucket_metadata(self, bucket: str):
+        """The bucket's metadata (one ``buckets.get``), as a ``google.cloud.storage.Bucket``
+        with location type, storage class and hierarchical namespace loaded.
+
+        Raises:
+            FileNotFoundError: no such bucket. ObjectStoreError: any other failure (e.g. 403).
+        """
+        return self._call(
+            "GET",
+            f"gs://{bucket}",
+            lambda: self._storage_client().get_bucket(bucket, **self._options()),
+        )
+
     def exists(self, bucket: str, name: str) -> bool:
         """True if the object exists (one metadata GET)."""
         return self.stat(bucket, name) is not None

@@ -28,10 +28,10 @@ def run_bucket_type(bucket_url: str | None, endpoint: str | None) -> str:
     """The type of the bucket a run uses (``--bucket``, ``--endpoint``); ``local`` without one.
 
     Raises:
-      google.api_core.exceptions.GoogleAPICallError: the bucket's metadata cannot be read (e.g.
-        NotFound, Forbidden); google.auth.exceptions.DefaultCredentialsError: no credentials.
+      FileNotFoundError: no such bucket; gcsckpt.io.ObjectStoreError: its metadata cannot be
+        read (e.g. 403, or no credentials).
     """
     if bucket_url is None:
         return LOCAL
     storage = BenchStorage(bucket_url, endpoint)
-    return classify_bucket(storage.client.get_bucket(storage.bucket))
+    return classify_bucket(storage.client.bucket_metadata(storage.bucket))

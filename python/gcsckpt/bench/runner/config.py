@@ -115,7 +115,7 @@ class RunConfig:
         Raises:
           CaseError: an invalid catalogue, axis or override, or a ``cases`` glob that matches
             nothing (see ``cases.selection.select_run_cases``).
-          google.api_core.exceptions.GoogleAPICallError: the bucket's metadata is unreadable.
+          FileNotFoundError or gcsckpt.io.ObjectStoreError: the bucket's metadata is unreadable.
         """
         return select_run_cases(
             self.catalogue,
