@@ -9,10 +9,9 @@ state dict against the local endpoint from a folder outside the repository.
 
 from __future__ import annotations
 
-import fnmatch
-
 import base64
 import csv
+import fnmatch
 import hashlib
 import io
 import json
