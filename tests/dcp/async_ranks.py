@@ -9,6 +9,7 @@ deterministically, not by timing.
 
 from __future__ import annotations
 
+import fnmatch
 import threading
 from typing import Any
 
@@ -21,7 +22,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
 from gcsckpt.io import RetryPolicy
 from gcsckpt.testing import json_api
 
@@ -137,8 +138,9 @@ def overlap(rank: int, endpoint: str, prefix: str) -> dict[str, Any]:
     if rank == 0:  # the coordinator commits .metadata
         if not writer.in_finish.wait(WAIT_S):
             raise TimeoutError("coordinator never reached finish")
-        report["data_objects_before_finish"] = [
-            exists(endpoint, f"{prefix}/__{r}_0.distcp") for r in (0, 1)
+        names = ObjectStore(endpoint).list(BUCKET, f"{prefix}/")
+        report["data_objects_before_finish"] = [  # `__{rank}_{save}_{i}.distcp`
+            any(fnmatch.fnmatchcase(n, f"{prefix}/__{r}_*_0.distcp") for n in names) for r in (0, 1)
         ]
         report["metadata_before_finish"] = exists(endpoint, f"{prefix}/.metadata")
         report["done_before_finish"] = future.done()
