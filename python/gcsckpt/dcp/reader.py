@@ -216,8 +216,9 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         return dataclasses.replace(plan, items=items)
 
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
-        """Pins one generation per data object for the whole load (one LIST of the prefix)
-        and gives each plan the pins of the objects it reads (as its storage_data).
+        """Pins one generation per data object of the checkpoint for the whole load (one LIST
+        of the prefix) and gives each plan, as its storage_data, the pins of the objects it
+        reads (all pins for a plan without items: `GCSLoadPlanner` keeps items on the ranks).
 
         Raises:
             CheckpointReadError: "object changed during load" (see `load.generations`).
@@ -225,14 +226,16 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         if all(plan.storage_data is not None for plan in plans):
             return plans  # a planner's own storage_data: each rank lists for itself
         try:
-            pins = self._pins(p for plan in plans for p in self._paths(plan))
+            pins = self._pins({info.relative_path for info in self.storage_data.values()})
         except BaseException:
             self._heap.thaw()  # read_data, which thaws it, will not run
             raise
         return [
             plan
             if plan.storage_data is not None
-            else dataclasses.replace(plan, storage_data=pins.only(self._paths(plan)))
+            else dataclasses.replace(
+                plan, storage_data=pins.only(self._paths(plan)) if plan.items else pins
+            )
             for plan in plans
         ]
 

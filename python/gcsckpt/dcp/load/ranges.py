@@ -3,7 +3,8 @@
 In: byte ranges named by relative object path, as (path, offset, length, destination) with a
 writable destination buffer of `length` bytes (bytearray, numpy uint8 view, ...). Out: the same
 ranges as `gcsckpt.io.RangeRequest`s of the checkpoint's bucket, read at once (`read`) or
-submitted for completion-order consumption (`submit`); `LoadStats.ranges` counts them. Failures
+submitted for completion-order consumption (`submit`), each asking for its object's pinned
+generation (`generations.Pins`); `LoadStats.ranges` counts them. Failures
 surface as `gcsckpt.io.RangeReadError`; `errors.LoadErrors` maps them.
 """
 
