@@ -11,13 +11,18 @@ What a load is then guaranteed (GCS, and `gcsckpt.testing.LocalGCS`):
 - Every GET of one object in the whole load asks for the same generation (`generation=`), and
   its answer's `x-goog-generation` is checked against it; an object replaced or deleted after
   it was pinned answers 404 (or 412, or another generation), which fails the load as "object
-  changed during load". Bytes of two versions are never combined, in one item or across items.
+  changed during load". Bytes of two versions are never combined, in one item or across items:
+  items committed before such a failure hold the pinned version's bytes (the one `.metadata`
+  describes), no item is committed with another version's, and the failed load must not be
+  used. (With object versioning on, a pinned generation stays readable after a replacement,
+  so the load completes with the version `.metadata` describes.)
 - A data object rewritten after `.metadata` was written fails the load before any data GET:
   its generation is larger than `.metadata`'s. This relies on generations ordered by write time
   across objects and on `.metadata` being written last (our writer and torch's both commit it
-  after every data object is complete). GCS generations are the write's commit time in
-  microseconds, and GCS is strongly consistent, so an upload that completed before another began
-  has the smaller generation; LocalGCS numbers every write from one increasing counter.
+  after every data object is complete). GCS's generations are microsecond timestamps of the
+  write; GCS documents them as increasing per object, and that they also order writes across
+  objects (an upload completed before another began has the smaller one) is observed, not
+  documented. LocalGCS numbers every write of every object from one increasing counter.
   A checkpoint copied object by object (`gcloud storage cp -r`, rsync, Storage Transfer) gets
   generations in copy order, `.metadata` possibly first: load it with `check_commit_order=False`
   (changes during the load are still detected).
