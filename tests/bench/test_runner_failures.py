@@ -79,6 +79,10 @@ def _flip_middle_of_largest_item(gcs: LocalGCS, checkpoint: str) -> str:
     middle = info.offset + info.length // 2
     data[middle : middle + 16] = bytes(b ^ 0xFF for b in data[middle : middle + 16])
     gcs.put(BUCKET, name, bytes(data))
+    # Committed again after the flip, as if written corrupt: a data object newer than
+    # `.metadata` would fail the load as "object changed during load" before any checksum.
+    meta = f"{checkpoint}/.metadata"
+    gcs.put(BUCKET, meta, gcs.get(BUCKET, meta))
     return name
 
 

@@ -22,8 +22,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
-from gcsckpt.io import ObjectStore, RetryPolicy
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
+from gcsckpt.io import RetryPolicy
 from gcsckpt.testing import json_api
 
 BUCKET = "async"
@@ -105,13 +105,6 @@ def mismatches(got: Any, want: Any, path: str = "") -> list[str]:
     return [] if got == want else [path]
 
 
-def rank_data_objects(endpoint: str, prefix: str, rank: int) -> list[str]:
-    """Names of rank ``rank``'s data objects under gs://BUCKET/prefix (``__{rank}_{save}_{i}``)."""
-    with ObjectStore(endpoint) as store:
-        names = store.list(BUCKET, f"{prefix}/")
-    return [n for n in names if fnmatch.fnmatchcase(n, f"{prefix}/__{rank}_*.distcp")]
-
-
 def exists(endpoint: str, name: str) -> bool:
     try:
         json_api.download(endpoint, BUCKET, name)
@@ -145,8 +138,9 @@ def overlap(rank: int, endpoint: str, prefix: str) -> dict[str, Any]:
     if rank == 0:  # the coordinator commits .metadata
         if not writer.in_finish.wait(WAIT_S):
             raise TimeoutError("coordinator never reached finish")
-        report["data_objects_before_finish"] = [
-            bool(rank_data_objects(endpoint, prefix, r)) for r in (0, 1)
+        names = ObjectStore(endpoint).list(BUCKET, f"{prefix}/")
+        report["data_objects_before_finish"] = [  # `__{rank}_{save}_{i}.distcp`
+            any(fnmatch.fnmatchcase(n, f"{prefix}/__{r}_*_0.distcp") for n in names) for r in (0, 1)
         ]
         report["metadata_before_finish"] = exists(endpoint, f"{prefix}/.metadata")
         report["done_before_finish"] = future.done()

@@ -41,12 +41,14 @@ def gcs():
 
 
 def _variant(gcs, name, *, metadata=None, data=None):
-    """Copies the good checkpoint to `name` with a replaced `.metadata` and/or object."""
-    good_md = pickle.loads(gcs.get(BUCKET, "good/.metadata"))
-    gcs.put(BUCKET, f"{name}/.metadata", metadata(good_md) if metadata else pickle.dumps(good_md))
+    """Copies the good checkpoint to `name` with a replaced `.metadata` and/or object, the
+    object first and `.metadata` last, as a writer commits (a data object newer than
+    `.metadata` fails the load as "object changed during load")."""
     if data is not False:
         good = gcs.get(BUCKET, f"good/{OBJECT}")
         gcs.put(BUCKET, f"{name}/{OBJECT}", data(good) if data else good)
+    good_md = pickle.loads(gcs.get(BUCKET, "good/.metadata"))
+    gcs.put(BUCKET, f"{name}/.metadata", metadata(good_md) if metadata else pickle.dumps(good_md))
     return f"gs://{BUCKET}/{name}"
 
 

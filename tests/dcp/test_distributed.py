@@ -53,6 +53,9 @@ def test_two_ranks_fsdp_and_full(gcs, tmp_path, fmt):
     _check(sharded, 2)
     _check(full, 2)
     _check(planned, 2)  # GCSLoadPlanner: compact plans + fast BYTE_IO, same values
+    # One LIST per load, on the coordinator; its pins reach every rank inside the plan.
+    assert [r["stats"]["list_requests"] for r in sharded] == [1, 0]
+    assert all(r["stats"]["pinned_objects"] >= 1 for r in sharded + planned)
     for result in sharded:
         stats = result["stats"]
         assert stats["metadata_requests"] == 1

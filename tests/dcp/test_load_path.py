@@ -21,12 +21,13 @@ import gcsckpt.dcp
 from gcsckpt.dcp.load.decode import Decoder
 from gcsckpt.dcp.load.errors import CheckpointReadError, LoadErrors
 from gcsckpt.dcp.load.fetch import Fetch, FetchKind
+from gcsckpt.dcp.load.generations import Pins, check_metadata_read, pin_generations
 from gcsckpt.dcp.load.pipeline import run_windows
 from gcsckpt.dcp.load.plan import make_windows, plan_fetches, sort_items
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.dcp.paths import CheckpointLocation
-from gcsckpt.io import RangeReadError
+from gcsckpt.io import ObjectInfo, RangeReadError
 
 LOCATION = CheckpointLocation("bkt", "ckpt/step1")
 
@@ -238,7 +239,7 @@ def test_range_errors_map_to_one_checkpoint_error():
     )
     error = LoadErrors(LOCATION, 2).from_range_error(RangeReadError([failure]))
     text = "rank 2: checkpoint load failed: gs://bkt/ckpt/o bytes=10-14: HTTP 503: boom after 3"
-    assert str(error) == text + " attempt(s)"
+    assert str(error) == text + " attempts"
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is CheckpointReadError and str(again) == str(error)
     bare = LoadErrors(LOCATION, 0).from_range_error(RangeReadError([]))
@@ -311,3 +312,105 @@ def test_load_steps_take_collaborators_not_the_reader():
     for name, edges in graph.items():
         if name.startswith("gcsckpt.dcp.load"):
             assert not edges & outside, f"{name} imports {sorted(edges & outside)}"
+
+
+def _listing(meta, a, b):
+    p = "ckpt/step1/"
+    return [
+        ObjectInfo(p + ".metadata", 9, meta),
+        ObjectInfo(p + "a", 5, a),
+        ObjectInfo(p + "b", 5, b),
+    ]
+
+
+def test_pins_come_from_one_listing_and_check_the_commit_order():
+    errors = LoadErrors(LOCATION, 3)
+    pins = pin_generations(
+        _listing(30, 10, 20), "ckpt/step1/", ".metadata", 30, {"a", "b", "c"}, errors
+    )
+    assert pins == Pins(30, {"a": 10, "b": 20})  # "c" is not listed: left unpinned (a 404 later)
+    assert pins.only({"b"}) == Pins(30, {"b": 20})
+    with pytest.raises(CheckpointReadError) as info:
+        pin_generations(_listing(30, 10, 31), "ckpt/step1/", ".metadata", 30, {"a", "b"}, errors)
+    assert str(info.value) == (
+        "rank 3: checkpoint load failed: gs://bkt/ckpt/step1/b: object changed during load:"
+        " generation 31 was written after .metadata (generation 30)"
+    )
+    relaxed = pin_generations(
+        _listing(30, 10, 31),
+        "ckpt/step1/",
+        ".metadata",
+        30,
+        {"b"},
+        errors,
+        check_commit_order=False,
+    )
+    assert relaxed == Pins(30, {"b": 31})
+    with pytest.raises(CheckpointReadError, match="read at generation 29, now generation 30"):
+        pin_generations(_listing(30, 10, 20), "ckpt/step1/", ".metadata", 29, {"a"}, errors)
+    with pytest.raises(CheckpointReadError, match="read at generation 30, now generation 31"):
+        check_metadata_read(pins, ".metadata", 31, errors)
+    check_metadata_read(pins, ".metadata", 30, errors)
+    with pytest.raises(CheckpointReadError, match="read at generation 30, now no object"):
+        pin_generations(_listing(30, 10, 20)[1:], "ckpt/step1/", ".metadata", 30, {"a"}, errors)
+
+
+def test_an_endpoint_without_generations_pins_nothing():
+    # A listing without generations and a `.metadata` read without x-goog-generation: the load
+    # goes on unpinned (no check is possible), and never fails for it.
+    errors = LoadErrors(LOCATION, 0)
+    pins = pin_generations(
+        _listing(None, None, None), "ckpt/step1/", ".metadata", None, {"a"}, errors
+    )
+    assert pins == Pins(None, {})
+    check_metadata_read(pins, ".metadata", None, errors)
+    # The listing names generations, the media read did not: the listing's are used.
+    pins = pin_generations(_listing(30, 10, 20), "ckpt/step1/", ".metadata", None, {"a"}, errors)
+    assert pins == Pins(30, {"a": 10})
+
+
+def test_changed_objects_map_to_object_changed_during_load():
+    failure = dict(
+        bucket="bkt",
+        object="ckpt/step1/a",
+        offset=0,
+        length=4,
+        status=404,
+        cause="generation_changed",
+        error="object changed during read: generation 7 is no longer the object's"
+        " (HTTP 404 not found)",
+        attempts=1,
+        pinned_generation=7,
+        seen_generation=0,
+    )
+    error = LoadErrors(LOCATION, 1).from_range_error(RangeReadError([failure]))
+    assert str(error) == (
+        "rank 1: checkpoint load failed: gs://bkt/ckpt/step1/a bytes=0-3: object changed during"
+        " load: generation 7 is no longer the object's (HTTP 404 not found) after 1 attempt"
+    )
+
+
+def test_checkpoint_errors_never_carry_a_token():
+    failure = dict(
+        bucket="bkt",
+        object="ckpt/o",
+        offset=0,
+        length=8,
+        status=401,
+        attempts=1,
+        error='HTTP 401: {"echo": "Authorization: Bearer ya29.s3cr3t-tok", "x": 1}',
+    )
+    errors = LoadErrors(LOCATION, 0)
+    mapped = errors.from_range_error(RangeReadError([failure]))
+    assert str(mapped) == (
+        "rank 0: checkpoint load failed: gs://bkt/ckpt/o bytes=0-7: HTTP 401: "
+        '{"echo": "Authorization: Bearer <redacted>", "x": 1} after 1 attempt'
+    )
+    for error in (
+        mapped,
+        errors.at("o", 0, 8, "server said: bearer abc.def;"),
+        CheckpointReadError(0, [], summary="Bearer xyz"),
+    ):
+        again = pickle.loads(pickle.dumps(error))
+        for text in (str(error), repr(error), str(error.failures), str(again), repr(again.args)):
+            assert "s3cr3t" not in text and "abc.def" not in text and "xyz" not in text

@@ -124,7 +124,8 @@ def test_stock_local_safetensors_checkpoint_loads(gcs, tmp_path):
         str(tmp_path), serialization_format=SerializationFormat.SAFETENSORS
     )
     dcp.save(expected, storage_writer=writer)
-    for path in tmp_path.iterdir():
+    # `.metadata` last, as the writer commits it (then no data object is newer than it).
+    for path in sorted(tmp_path.iterdir(), key=lambda p: p.name == ".metadata"):
         gcs.put(BUCKET, f"stock-st/{path.name}", path.read_bytes())
     state = blank_like(expected)
     reader = _load(gcs, f"gs://{BUCKET}/stock-st", state)

@@ -78,21 +78,19 @@ def _check_one_complete_checkpoint(gcs, name, message):
     assert torch.equal(state["x"], torch.full((4,), 9.0)) and state["tag"] == "new"
 
 
-def _enforces_create_if_absent(endpoint) -> bool:
-    store = ObjectStore(endpoint)
-    name = f"probe/{uuid.uuid4().hex}"
-    store.upload(BUCKET, name, b"first", if_generation_match=0)
-    try:
-        store.upload(BUCKET, name, b"second", if_generation_match=0)
-    except FileExistsError:
-        return True
-    return False
-
-
 def test_racing_saves_leave_one_checkpoint_by_the_real_precondition(gcs):
-    if not _enforces_create_if_absent(gcs.endpoint):
-        pytest.xfail("this LocalGCS ignores ifGenerationMatch=0 on uploads (GCS refuses: 412)")
-    _check_one_complete_checkpoint(gcs, "race", _race(gcs, "race", loser_endpoint=gcs.endpoint))
+    # No fault injected: the endpoint itself refuses the loser's create-if-absent (412). The
+    # proxy only records which upload the writer's commit is (one request, multipart).
+    with FaultProxy(gcs.endpoint, []) as proxy:
+        message = _race(gcs, "race", loser_endpoint=proxy.endpoint)
+        commits = [
+            path
+            for method, path in proxy.request_log
+            if method == "POST" and "ifGenerationMatch=0" in path
+        ]
+        assert proxy.counts == dict.fromkeys(proxy.counts, 0)
+    assert len(commits) == 1 and "uploadType=multipart" in commits[0], commits
+    _check_one_complete_checkpoint(gcs, "race", message)
 
 
 def test_racing_saves_loser_is_refused_and_cleans_up(gcs):

@@ -50,7 +50,7 @@ class Seen:
 
     query: dict[str, str]
     range: str | None
-    status: int
+    status: int | None  # None: the client hung up before the answer was sent whole
     generation: int
 
 
@@ -84,9 +84,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.answered += 1
         generation = s.first_generation + version
         data = s.versions[version]
-        status = self._answer(s, query, rng, data, generation)
-        with self.server.lock:
-            self.server.seen.append(Seen(query, rng, status, generation))
+        status = None
+        try:
+            status = self._answer(s, query, rng, data, generation)
+        finally:  # also when the client hung up mid-body (the write raised): it was asked
+            with self.server.lock:
+                self.server.seen.append(Seen(query, rng, status, generation))
 
     def _answer(self, s: Script, query, rng, data: bytes, generation: int) -> int:
         if s.echo_status is not None:

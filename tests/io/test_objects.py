@@ -74,7 +74,7 @@ def test_policy_drives_control_plane_retries(gcs):
         assert proxy.requests == 2
     message = str(info.value)
     assert message.startswith(
-        f"GET gs://{BUCKET}/retry/.metadata failed after 2 attempt(s): HTTP 503"
+        f"GET gs://{BUCKET}/retry/.metadata failed after 2 attempts: HTTP 503"
     )
 
 
@@ -82,7 +82,7 @@ def test_non_retryable_status_fails_at_once(gcs):
     fault = Fault(kind="status", status=403, count=None, media_only=False)
     with FaultProxy(gcs.endpoint, [fault]) as proxy:
         with ObjectStore(proxy.endpoint, retry=FAST_RETRY) as s:
-            with pytest.raises(ObjectStoreError, match=r"after 1 attempt\(s\): HTTP 403"):
+            with pytest.raises(ObjectStoreError, match=r"after 1 attempt: HTTP 403"):
                 s.upload(BUCKET, "forbidden", b"x")
         assert proxy.requests == 1
 
@@ -136,3 +136,38 @@ def test_retry_conversion_keeps_the_policy():
     for status in (400, 401, 403, 404, 412, 416):
         assert not is_retryable(exceptions.from_http_status(status, "x"))
     assert not is_retryable(ValueError("bad"))
+
+
+@pytest.mark.parametrize(
+    "how, size, upload_type",
+    [
+        ("upload", 5, "multipart"),  # `.metadata` as the writer commits it
+        ("upload", (8 << 20) + 1, "resumable"),  # past google-cloud-storage's multipart limit
+        ("stream", 600 << 10, "resumable"),  # open_upload past one 256 KiB chunk
+    ],
+)
+def test_create_if_absent_is_refused_by_the_endpoint(gcs, how, size, upload_type):
+    # No fault injected: LocalGCS itself answers 412, as GCS does, on every upload path the
+    # ObjectStore takes (media uploads, which it never sends, are covered in tests/testing).
+    name = f"absent-real/{how}-{size}"
+    first, second = object_bytes(size, seed=1), object_bytes(size, seed=2)
+
+    def create(s, data):
+        if how == "upload":
+            return s.upload(BUCKET, name, data, if_generation_match=0)
+        with s.open_upload(BUCKET, name, chunk_bytes=256 << 10, if_generation_match=0) as out:
+            out.write(data)
+
+    with FaultProxy(gcs.endpoint, []) as proxy:
+        with ObjectStore(proxy.endpoint, retry=FAST_RETRY) as s:
+            create(s, first)
+            with pytest.raises(FileExistsError, match=rf"gs://{BUCKET}/{name}: precondition"):
+                create(s, second)
+        starts = [
+            path
+            for method, path in proxy.request_log
+            if method == "POST" and "ifGenerationMatch=0" in path
+        ]
+        assert proxy.counts == dict.fromkeys(proxy.counts, 0)
+    assert len(starts) == 2 and all(f"uploadType={upload_type}" in p for p in starts), starts
+    assert gcs.get(BUCKET, name) == first

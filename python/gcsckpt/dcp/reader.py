@@ -4,8 +4,12 @@ Reads the layout torch 2.13's FileSystemWriter/FsspecWriter writes (per-rank `.d
 a pickled `.metadata`), in either serialization format. This module holds the DCP calls only;
 the load itself is `gcsckpt.dcp.load`, step by step:
 
-    read_metadata          one GET of `.metadata`, restricted unpickler (metadata_codec)
+    read_metadata          one GET of `.metadata` (keeping its generation), restricted
+                           unpickler (metadata_codec)
     prepare_local_plan     items sorted by (object, offset) (load.plan.sort_items)
+    prepare_global_plan    the coordinator lists the checkpoint prefix once and pins one
+                           generation per data object (load.generations), sent to each rank
+                           in its LoadPlan's storage_data
     read_data              load.plan.plan_fetches -> load.plan.make_windows ->
                            load.pipeline.run_windows -> load.decode.Decoder.consume;
                            a failed range becomes a CheckpointReadError (load.errors)
@@ -16,6 +20,14 @@ in flight with the GIL released), and while later ranges are in flight the finis
 decoded, narrowed and copied into the planner's tensors. Contiguous items cost one GET per
 `chunk_bytes`; items scattered between other ranks' data (replicated scalars, which DCP's save
 spreads over every rank's object) cost one GET per run unless the gap setting reads through.
+
+One version per object per load: every GET of a data object in the whole load (header pre-read
+and every window) asks for the generation the coordinator's listing pinned, so a load never
+combines bytes of two versions; an object rewritten after `.metadata` was written, or replaced
+or deleted during the load, fails it with CheckpointReadError "object changed during load"
+naming the object and both generations. One LIST per load (on the coordinator; on each rank
+when ranks read their own `__{rank}.metadata`, or when a planner drops the plan's
+storage_data). What is guaranteed, and on which endpoints, is in `gcsckpt.dcp.load.generations`.
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ import dataclasses
 import os
 import time
 import uuid
+import warnings
 from typing import Any
 
 import torch.distributed as dist
@@ -37,6 +50,7 @@ from torch.futures import Future
 from gcsckpt.dcp.gc_control import HeapFreeze, collector_paused
 from gcsckpt.dcp.load.decode import Decoder
 from gcsckpt.dcp.load.errors import LoadErrors
+from gcsckpt.dcp.load.generations import Pins, check_metadata_read, pin_generations
 from gcsckpt.dcp.load.pipeline import run_windows
 from gcsckpt.dcp.load.plan import make_windows, plan_fetches, sort_items
 from gcsckpt.dcp.load.ranges import CheckpointRanges
@@ -78,12 +92,17 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         tune_gc: pause Python's cyclic garbage collector while unpickling `.metadata` and
             reading, and freeze the heap from `read_metadata` to the end of `read_data`
             (see `gc_control`; several times less CPU per load). False leaves gc alone.
+        check_commit_order: fail a load whose data objects are newer than `.metadata`
+            (rewritten after the checkpoint was committed). False for checkpoints copied object
+            by object, whose generations follow the copy's order; changes during the load are
+            detected either way (see `gcsckpt.dcp.load.generations`).
 
     After each load, `load_stats` (a LoadStats) holds this rank's counters.
 
     Raises (from the DCP calls): ValueError for a bad checkpoint id or unsafe `.metadata`;
-    FileNotFoundError if `.metadata` is missing; CheckpointReadError for any failed range or
-    undecodable item (naming rank, object, byte range and cause).
+    FileNotFoundError if `.metadata` is missing; CheckpointReadError for any failed range,
+    undecodable item, or object changed during the load (naming rank, object, byte range or
+    generations, and cause).
     """
 
     def __init__(
@@ -100,6 +119,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         stall_timeout_s: float | None = None,
         extension_registry=None,
         tune_gc: bool = True,
+        check_commit_order: bool = True,
     ) -> None:
         super().__init__()
         self.location: CheckpointLocation | None = None
@@ -131,6 +151,9 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         self.load_id = str(uuid.uuid4())
         self.load_stats = LoadStats()
         self.tune_gc = tune_gc
+        self.check_commit_order = check_commit_order
+        self._metadata_name = METADATA_NAME
+        self._metadata_generation: int | None = None
         self._heap = HeapFreeze()
 
     # -- DCP StorageReader API -----------------------------------------------------------------
@@ -139,13 +162,14 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         if checkpoint_id is not None:
             self.location = parse_checkpoint_id(checkpoint_id)
         self.metadata, self.storage_data = None, {}
+        self._metadata_name, self._metadata_generation = METADATA_NAME, None
         self.load_id = str(uuid.uuid4())
         self.load_stats = LoadStats()
         self._heap.thaw()
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
         """Fetches `.metadata` (or `__{rank}.metadata` with `rank=`) in one GET and unpickles it
-        with the restricted unpickler of `metadata_codec`.
+        with the restricted unpickler of `metadata_codec`; keeps the generation it was read at.
 
         Raises:
             FileNotFoundError: the object is missing. ValueError/UnsafeMetadataError: it is
@@ -155,7 +179,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         rank = kwargs.get("rank")
         name = METADATA_NAME if rank is None else f"__{rank}{METADATA_NAME}"
         start = time.perf_counter()
-        data = self._download(name)
+        data, generation = self._object_store().read(location.bucket, location.object_name(name))
+        self._metadata_name, self._metadata_generation = name, generation
         if self.tune_gc:
             with collector_paused():
                 metadata = load_metadata(data, source=location.url(name))
@@ -191,8 +216,28 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         return dataclasses.replace(plan, items=items)
 
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
-        """Passes plans through unchanged."""
-        return plans
+        """Pins one generation per data object of the checkpoint for the whole load (one LIST
+        of the prefix) and gives each plan, as its storage_data, the pins of the objects it
+        reads (all pins for a plan without items: `GCSLoadPlanner` keeps items on the ranks).
+
+        Raises:
+            CheckpointReadError: "object changed during load" (see `load.generations`).
+        """
+        if all(plan.storage_data is not None for plan in plans):
+            return plans  # a planner's own storage_data: each rank lists for itself
+        try:
+            pins = self._pins({info.relative_path for info in self.storage_data.values()})
+        except BaseException:
+            self._heap.thaw()  # read_data, which thaws it, will not run
+            raise
+        return [
+            plan
+            if plan.storage_data is not None
+            else dataclasses.replace(
+                plan, storage_data=pins.only(self._paths(plan)) if plan.items else pins
+            )
+            for plan in plans
+        ]
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         """Loads every item of `plan` into the planner's tensors (see module doc).
@@ -210,9 +255,14 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         stats.read_items = len(plan.items)
         errors = self._errors()
         reader = self._reader()
-        ranges = CheckpointRanges(reader, self._location(), stats)
         before = reader.stats()
         try:
+            pins = plan.storage_data
+            if not isinstance(pins, Pins):  # the coordinator's pins did not reach this plan
+                pins = self._pins(self._paths(plan))
+            check_metadata_read(pins, self._metadata_name, self._metadata_generation, errors)
+            stats.pinned_objects = len(pins.objects)
+            ranges = CheckpointRanges(reader, self._location(), stats, pins.objects)
             with collector_paused() if self.tune_gc else contextlib.nullcontext():
                 fetch_plan = plan_fetches(
                     plan.items, self.metadata, planner.resolve_tensor, ranges, errors
@@ -247,15 +297,50 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
     def _errors(self) -> LoadErrors:
         return LoadErrors(self._location(), self.rank)
 
-    def _download(self, name: str) -> bytes:
-        """The bytes of object `name` below the checkpoint prefix (the reader's only use of the
-        object store). Raises FileNotFoundError if it is missing."""
+    def _object_store(self) -> ObjectStore:
+        """The store for `.metadata` and the listing (made on first use)."""
         if self._store is None:
             self._store = ObjectStore(
                 self.endpoint, token_provider=self.token_provider, **self._store_options
             )
+        return self._store
+
+    def _paths(self, plan: LoadPlan) -> set[str]:
+        """Relative paths of the data objects `plan` reads."""
+        storage = self.storage_data
+        return {
+            storage[item.storage_index].relative_path
+            for item in plan.items
+            if item.storage_index in storage
+        }
+
+    def _pins(self, paths) -> Pins:
+        """Pins for `paths` from one listing of the checkpoint prefix (direct children only).
+        A listing that fails is warned about and pins nothing."""
+        paths = set(paths)
+        if not paths:
+            return Pins(None, {})  # nothing to read: no LIST
         location = self._location()
-        return self._store.download(location.bucket, location.object_name(name))
+        prefix = location.object_name("")
+        try:
+            listing = self._object_store().list_objects(location.bucket, prefix, delimiter="/")
+        except (OSError, ValueError) as e:
+            warnings.warn(
+                f"rank {self.rank}: cannot list {location.url()} ({e}); loading without one "
+                "generation per object for the whole load",
+                stacklevel=3,
+            )
+            return Pins(None, {})
+        self.load_stats.list_requests += 1
+        return pin_generations(
+            listing,
+            prefix,
+            self._metadata_name,
+            self._metadata_generation,
+            paths,
+            self._errors(),
+            check_commit_order=self.check_commit_order,
+        )
 
     def _reader(self) -> RangeReader:
         if self._range_reader is None:

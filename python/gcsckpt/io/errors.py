@@ -1,4 +1,10 @@
-"""Errors raised by the range reader."""
+"""Errors raised by the range reader, and the one formatter of failures.
+
+``format_failure`` (``failure_where`` + ``failure_cause``) writes every failed request as
+``gs://bucket/object bytes=a-b: <cause> after N attempts``, for ``RangeReadError`` and for
+``gcsckpt.dcp``'s CheckpointReadError alike; ``after_attempts`` is also the wording of
+``ObjectStoreError``. Credentials are removed by ``gcsckpt.io.redact``.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +14,37 @@ from gcsckpt.io.redact import redact_value
 GENERATION_CHANGED = "generation_changed"
 
 
-def format_failure(failure: dict) -> str:
-    """One line for a failed request: ``gs://b/o bytes=a-b: <error> after N attempts``."""
+def after_attempts(attempts: int) -> str:
+    """``after 1 attempt`` / ``after N attempts``: how every error of the package that gave up
+    says how often it tried."""
+    return f"after {attempts} attempt" + ("" if attempts == 1 else "s")
+
+
+def failure_where(failure: dict) -> str:
+    """``gs://bucket/object bytes=a-b`` of a failure dict (no byte range when ``length`` is 0
+    or missing: the failure concerns the whole object)."""
     where = f"gs://{failure['bucket']}/{failure['object']}"
-    if failure["length"] > 0:
+    if failure.get("length"):
         first = failure["offset"]
         where += f" bytes={first}-{first + failure['length'] - 1}"
-    attempts = failure["attempts"]
-    plural = "attempt" if attempts == 1 else "attempts"
-    return f"{where}: {failure['error']} after {attempts} {plural}"
+    return where
+
+
+def failure_cause(failure: dict) -> str:
+    """What went wrong: ``[HTTP status: ]error[ after N attempts]`` (an error status only when
+    the error text does not already name it; the attempts only when known)."""
+    text = failure.get("error") or "failed"
+    status = failure.get("status")
+    if status is not None and status >= 400 and f"HTTP {status}" not in text:
+        text = f"HTTP {status}: {text}"
+    attempts = failure.get("attempts")
+    return f"{text} {after_attempts(attempts)}" if attempts else text
+
+
+def format_failure(failure: dict) -> str:
+    """One line for a failed request: ``gs://b/o bytes=a-b: <error> after N attempts``; the one
+    formatter of range failures (``RangeReadError``, and ``CheckpointReadError`` of a load)."""
+    return f"{failure_where(failure)}: {failure_cause(failure)}"
 
 
 class RangeReadError(IOError):

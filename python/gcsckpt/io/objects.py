@@ -30,19 +30,19 @@ from __future__ import annotations
 import inspect
 import io
 import json
-import re
 import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
 from gcsckpt.io.auth import READ_WRITE_SCOPE, GoogleAuthTokenProvider, token_provider_credentials
 from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
+from gcsckpt.io.errors import after_attempts
 from gcsckpt.io.reader import RangeReader
+from gcsckpt.io.redact import redact
 from gcsckpt.io.retry import ATTEMPTS_ATTR, RetryPolicy, api_core_retry
 
 _CHUNK_QUANTUM = 256 * 1024  # resumable chunks are multiples of 256 KiB (GCS's rule)
 _SNIPPET_CHARS = 200  # of a server's error text kept in messages
-_BEARER_RE = re.compile(r"(?i)bearer\s+[^\s\"',;]+")
 # No project is needed for object calls; google-cloud-storage's anonymous client uses the same.
 _NO_PROJECT = "<none>"
 
@@ -86,10 +86,6 @@ def store_options(retry: RetryPolicy | None = None, stall_timeout_s: float | Non
     return options
 
 
-def _redact(text: str) -> str:
-    return _BEARER_RE.sub("Bearer <redacted>", text)
-
-
 def _server_message(exc: BaseException) -> str:
     """The server's own error text: the JSON API's `error.message`, else the body, else the
     library's message."""
@@ -116,9 +112,9 @@ def _cause(exc: BaseException) -> str:
     connection error's type and text; never a bearer token."""
     status = _status(exc)
     if status is not None:
-        cause = f"HTTP {status} {_redact(_server_message(exc))[:_SNIPPET_CHARS]!r}"
+        cause = f"HTTP {status} {redact(_server_message(exc))[:_SNIPPET_CHARS]!r}"
     else:
-        cause = f"{type(exc).__name__}: {_redact(str(exc))[:_SNIPPET_CHARS]}"
+        cause = f"{type(exc).__name__}: {redact(str(exc))[:_SNIPPET_CHARS]}"
     notes = getattr(exc, "__notes__", None)
     return cause + "".join(f" ({note})" for note in notes or ())
 
@@ -248,7 +244,7 @@ class ObjectStore:
                 refused.attempts = _attempts(exc)
                 raise refused from None
             raise ObjectStoreError(
-                f"{method} {what} failed after {_attempts(exc)} attempt(s): {_cause(exc)}"
+                f"{method} {what} failed {after_attempts(_attempts(exc))}: {_cause(exc)}"
             ) from None
 
     def _options(self) -> dict:
@@ -308,14 +304,22 @@ class ObjectStore:
         info = self.stat(bucket, name)
         return None if info is None else info.size
 
-    def list_objects(self, bucket: str, prefix: str = "") -> list[ObjectInfo]:
-        """Every object whose name starts with `prefix`, in server (name) order, all pages."""
+    def list_objects(
+        self, bucket: str, prefix: str = "", *, delimiter: str | None = None
+    ) -> list[ObjectInfo]:
+        """Every object whose name starts with `prefix`, in server (name) order, all pages.
+
+        Args:
+            delimiter: e.g. "/": only objects with no delimiter after `prefix` (the "files" of
+                that "folder", not those of deeper ones).
+        """
 
         def listing():
             blobs = self._storage_client().list_blobs(
                 bucket,
                 prefix=prefix,
-                fields="items(name,size,generation),nextPageToken",
+                delimiter=delimiter,
+                fields="items(name,size,generation),prefixes,nextPageToken",
                 **self._options(),
             )
             return [ObjectInfo(b.name, int(b.size or 0), _generation(b.generation)) for b in blobs]

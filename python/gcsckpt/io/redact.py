@@ -2,7 +2,8 @@
 
 A server, or a proxy in front of it, may echo request headers into an error body; an error that
 quotes that body must not carry the token on into logs, tracebacks or pickles. The C++ engine
-already redacts the token it sent; this is the Python side's net for every error type.
+already redacts the token it sent; this is the Python side's one net for every error type
+(RangeReadError, ObjectStoreError and the ObjectStore's other errors, CheckpointReadError).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from collections.abc import Iterable
 
 REDACTED = "<redacted>"
 
-# "Bearer <token>" in any case (header echoes), and Google OAuth2 access tokens ("ya29....")
-# wherever they stand.
+# "Bearer <token>" in any case (header echoes; the token ends before a quote, comma or
+# semicolon, so a quoted JSON or header echo keeps its shape), and Google OAuth2 access tokens
+# ("ya29....") wherever they stand.
 _PATTERNS = (
-    re.compile(r"(?i)\b(bearer\s+)\S+"),
+    re.compile(r"(?i)\b(bearer\s+)[^\s\"',;]+"),
     re.compile(r"\bya29\.[0-9A-Za-z_\-.]+"),
 )
 

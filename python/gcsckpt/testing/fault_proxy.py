@@ -230,6 +230,7 @@ class FaultProxy:
       endpoint: "http://127.0.0.1:PORT" of the proxy (set by start/__enter__).
       counts: dict kind -> faults injected so far (all kinds present, 0 when none).
       requests: requests received so far.
+      request_log: (method, path with query) of each request received so far, in order.
     """
 
     def __init__(self, upstream: str, faults: list[Fault] | None = None) -> None:
@@ -293,3 +294,7 @@ class FaultProxy:
     @property
     def requests(self) -> int:
         return self._plan.requests
+
+    @property
+    def request_log(self) -> list[tuple[str, str]]:
+        return self._plan.request_log

@@ -105,6 +105,7 @@ class FaultPlan:
         self._injected = [0] * len(self._faults)
         self._by_kind: collections.Counter[str] = collections.Counter()
         self._requests = 0
+        self._log: list[tuple[str, str]] = []
         self._lock = threading.Lock()
 
     def choose(self, method: str, path: str, body: bytes | None = None) -> Fault | None:
@@ -114,6 +115,7 @@ class FaultPlan:
         name = object_of(path, body)
         with self._lock:
             self._requests += 1
+            self._log.append((method, path))
             chosen = None
             for i, fault in enumerate(self._faults):
                 if fault.media_only and not media:
@@ -154,3 +156,9 @@ class FaultPlan:
         """Requests seen so far (with or without a fault)."""
         with self._lock:
             return self._requests
+
+    @property
+    def request_log(self) -> list[tuple[str, str]]:
+        """(method, path with query) of every request seen so far, in arrival order."""
+        with self._lock:
+            return list(self._log)

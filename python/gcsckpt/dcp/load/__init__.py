@@ -1,6 +1,10 @@
 """The load path behind `GCSStorageReader.read_data`, one module per step, in the order they run.
 
     plan.sort_items        ReadItems -> ReadItems in (object, offset) order (prepare_local_plan)
+    generations.pin_generations
+                           one listing of the prefix -> Pins: one generation per data object
+                           for the whole load, or "object changed during load"
+                           (prepare_global_plan, on the coordinator)
     plan.plan_fetches      ReadItems + Metadata -> a FetchPlan of frozen Fetches; SAFETENSORS
                            items first have their blob headers read (blob_headers, one round
                            trip for all blobs of the load)

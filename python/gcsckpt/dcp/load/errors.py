@@ -10,10 +10,18 @@ from __future__ import annotations
 
 from gcsckpt.dcp.paths import METADATA_NAME, CheckpointLocation
 from gcsckpt.io import RangeReadError
+from gcsckpt.io.errors import GENERATION_CHANGED, failure_cause, failure_where
+from gcsckpt.io.redact import redact, redact_value
+
+# What the range reader calls a replaced object, and what a load calls it.
+_READ_CHANGED = "object changed during read: "
+_LOAD_CHANGED = "object changed during load: "
 
 
 class CheckpointReadError(IOError):
-    """A DCP load from GCS failed; the message names rank, gs:// object, byte range and cause.
+    """A DCP load from GCS failed; the message names rank, gs:// object, byte range (none for
+    a whole-object failure) and cause, formatted as the range reader formats its failures
+    (`gcsckpt.io.errors`), with credentials redacted (`gcsckpt.io.redact`).
 
     Attributes:
         rank: the rank that failed. failures: list of dicts (bucket, object, offset, length,
@@ -22,14 +30,13 @@ class CheckpointReadError(IOError):
 
     def __init__(self, rank: int, failures: list[dict], summary: str = "") -> None:
         self.rank = rank
-        self.failures = failures
-        self.summary = summary
-        lines = [
-            f"gs://{f['bucket']}/{f['object']} bytes={f['offset']}-{f['offset'] + f['length'] - 1}"
-            f": {f['cause']}"
-            for f in failures
-        ]
-        head = f"rank {rank}: checkpoint load failed" + (f" ({summary})" if summary else "")
+        # The range reader's texts are redacted already; causes built here may quote more.
+        self.failures = [redact_value(dict(f)) for f in failures]
+        self.summary = redact(summary)
+        lines = [f"{failure_where(f)}: {f['cause']}" for f in self.failures]
+        head = f"rank {rank}: checkpoint load failed" + (
+            f" ({self.summary})" if self.summary else ""
+        )
         super().__init__(head + ": " + "; ".join(lines))
 
     def __reduce__(self):
@@ -86,11 +93,9 @@ class LoadErrors:
 
 
 def _cause(failure: dict) -> str:
-    status = failure.get("status")
-    attempts = failure.get("attempts")
-    text = failure.get("error") or "failed"
-    if status is not None and f"HTTP {status}" not in text:
-        text = f"HTTP {status}: {text}"
-    if attempts:
-        text += f" after {attempts} attempt(s)"
-    return text
+    """The range reader's failure as a load states it (`gcsckpt.io.errors.failure_cause`); a
+    replaced object is "object changed during load"."""
+    if failure.get("cause") == GENERATION_CHANGED:
+        text = failure.get("error") or ""
+        failure = {**failure, "error": _LOAD_CHANGED + text.removeprefix(_READ_CHANGED)}
+    return failure_cause(failure)

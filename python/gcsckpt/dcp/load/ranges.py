@@ -3,13 +3,14 @@
 In: byte ranges named by relative object path, as (path, offset, length, destination) with a
 writable destination buffer of `length` bytes (bytearray, numpy uint8 view, ...). Out: the same
 ranges as `gcsckpt.io.RangeRequest`s of the checkpoint's bucket, read at once (`read`) or
-submitted for completion-order consumption (`submit`); `LoadStats.ranges` counts them. Failures
+submitted for completion-order consumption (`submit`), each asking for its object's pinned
+generation (`generations.Pins`); `LoadStats.ranges` counts them. Failures
 surface as `gcsckpt.io.RangeReadError`; `errors.LoadErrors` maps them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gcsckpt.dcp.load.stats import LoadStats
@@ -26,12 +27,21 @@ class CheckpointRanges:
         reader: the range reader (a `gcsckpt.io.RangeReader`).
         location: the checkpoint; relative paths become object names below its prefix.
         stats: the load's counters (`ranges` grows by every range handed over).
+        generations: relative path -> the generation every GET of that object asks for
+            (`generations.Pins.objects`); objects not in it are pinned per submit only.
     """
 
-    def __init__(self, reader: RangeReader, location: CheckpointLocation, stats: LoadStats):
+    def __init__(
+        self,
+        reader: RangeReader,
+        location: CheckpointLocation,
+        stats: LoadStats,
+        generations: Mapping[str, int] | None = None,
+    ):
         self._reader = reader
         self._location = location
         self._stats = stats
+        self._generations = dict(generations or {})
 
     def read(self, ranges: Iterable[Range]) -> None:
         """Fills every destination; returns when all are complete.
@@ -50,8 +60,9 @@ class CheckpointRanges:
         # Same names as CheckpointLocation.object_name, spelled inline: one per ReadItem.
         bucket, prefix = self._location.bucket, self._location.prefix
         prefix = f"{prefix}/" if prefix else ""
+        pinned = self._generations
         requests = [
-            RangeRequest(bucket, prefix + path, offset, length, dest)
+            RangeRequest(bucket, prefix + path, offset, length, dest, pinned.get(path))
             for path, offset, length, dest in ranges
         ]
         self._stats.ranges += len(requests)

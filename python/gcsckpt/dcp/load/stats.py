@@ -18,7 +18,10 @@ class LoadStats:
     ranges: byte ranges handed to the range reader. requests: HTTP GETs it sent (after
     coalescing/splitting, retries included). bytes_needed: bytes of the ranges. bytes_fetched:
     bytes received from the endpoint. retries: retried requests. windows: memory windows.
-    metadata_requests/metadata_bytes/metadata_s: the `.metadata` GET. plan_s: building ranges.
+    metadata_requests/metadata_bytes/metadata_s: the `.metadata` GET. list_requests: LISTs of
+    the prefix this rank sent to pin generations (1 on the coordinator, 0 elsewhere, or 1 per
+    rank when ranks plan alone). pinned_objects: objects this rank read at a pinned generation
+    (0 where the endpoint reports none). plan_s: building ranges.
     fetch_s: first submit to last completion. wait_s: time blocked waiting for bytes.
     deserialize_s: decoding archives / BYTE_IO (incl. planner.load_bytes). copy_s: narrow, copy
     into targets, commit_tensor. total_s: the whole read_data call. Times in seconds.
@@ -39,6 +42,8 @@ class LoadStats:
     metadata_requests: int = 0
     metadata_bytes: int = 0
     metadata_s: float = 0.0
+    list_requests: int = 0
+    pinned_objects: int = 0
     plan_s: float = 0.0
     fetch_s: float = 0.0
     wait_s: float = 0.0
