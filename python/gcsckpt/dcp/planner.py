@@ -7,7 +7,8 @@ float, tuple or bool, and `DefaultLoadPlanner.load_bytes` spends 40-180 us per i
 `torch.load` (zip reader, unpickler set-up; measured here), up to a second of CPU per rank.
 torch writes `data.pkl` as the archive's first record, so this planner unpickles it straight
 from the first local header when it names no globals outside a few builtin containers and no
-tensor storages (~2 us). Anything else goes to `DefaultLoadPlanner.load_bytes` unchanged, so results equal the default planner's.
+tensor storages (~2 us). Anything else goes to `DefaultLoadPlanner.load_bytes` unchanged, so
+results equal the default planner's.
 """
 
 from __future__ import annotations
