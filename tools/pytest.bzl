@@ -1,7 +1,8 @@
 """py_pytest: a py_test that runs pytest over its test files."""
 
 # Tests that start servers on 127.0.0.1 (local GCS endpoint, fault proxy, bqemulator, gloo ranks):
-# they run where Bazel runs, not on a remote worker (see README "Remote execution").
+# they run where Bazel runs, not on a remote worker (see README "Remote cache and remote
+# execution").
 LOCAL_SERVER_TAGS = ["requires-network", "no-remote-exec"]
 
 def py_pytest(

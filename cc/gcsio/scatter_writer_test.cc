@@ -62,29 +62,26 @@ void ExpectWritten(const Destinations& d, uint64_t written) {
   }
 }
 
-TEST(ScatterWriterTest, WritesEachPieceWhereItBelongs) {
+// The three-request fetch, its destinations, a writer over them and the fetch's body.
+class ScatterWriterThreeRequestsTest : public ::testing::Test {
+ protected:
   const Fetch f = ThreeRequestFetch();
   Destinations d;
-  ScatterWriter writer(&f, &d.ptrs);
+  ScatterWriter writer{&f, &d.ptrs};
   const std::vector<uint8_t> body = Body(f.length);
+};
+
+TEST_F(ScatterWriterThreeRequestsTest, WritesEachPieceWhereItBelongs) {
   writer.Write(0, body.data(), body.size());
   ExpectWritten(d, 100);
 }
 
-TEST(ScatterWriterTest, OneByteAtATimeGivesTheSameBytes) {
-  const Fetch f = ThreeRequestFetch();
-  Destinations d;
-  ScatterWriter writer(&f, &d.ptrs);
-  const std::vector<uint8_t> body = Body(f.length);
+TEST_F(ScatterWriterThreeRequestsTest, OneByteAtATimeGivesTheSameBytes) {
   for (uint64_t i = 0; i < f.length; ++i) writer.Write(i, body.data() + i, 1);
   ExpectWritten(d, 100);
 }
 
-TEST(ScatterWriterTest, ResumedWritesContinueWhereTheLastAttemptStopped) {
-  const Fetch f = ThreeRequestFetch();
-  Destinations d;
-  ScatterWriter writer(&f, &d.ptrs);
-  const std::vector<uint8_t> body = Body(f.length);
+TEST_F(ScatterWriterThreeRequestsTest, ResumedWritesContinueWhereTheLastAttemptStopped) {
   writer.Write(0, body.data(), 35);  // the first attempt ends inside the overlap
   ExpectWritten(d, 35);
   writer.Write(35, body.data() + 35, 50);  // a retry asks for the rest
@@ -93,11 +90,7 @@ TEST(ScatterWriterTest, ResumedWritesContinueWhereTheLastAttemptStopped) {
   ExpectWritten(d, 100);
 }
 
-TEST(ScatterWriterTest, HoleBytesGoNowhere) {
-  const Fetch f = ThreeRequestFetch();
-  Destinations d;
-  ScatterWriter writer(&f, &d.ptrs);
-  const std::vector<uint8_t> body = Body(f.length);
+TEST_F(ScatterWriterThreeRequestsTest, HoleBytesGoNowhere) {
   writer.Write(80, body.data() + 80, 10);  // only the hole
   ExpectWritten(d, 0);
 }

@@ -91,3 +91,12 @@ def assert_restored(saved: list[dict], strategy: str) -> None:
         assert r["after"] == r["saved"], f"rank {rank}"
         tensors = [k for k in r["saved"] if not k.startswith("optim.param_groups.")]
         assert tensors and all(r["before"][k] != r["saved"][k] for k in tensors)
+
+
+def assert_loaded_across(across: list[dict], strategies: list[str]) -> None:
+    """Every rank's values, loaded from another layout's checkpoint into each of `strategies`,
+    equal a SAVE_SEED state built directly in that layout (:func:`load_across`)."""
+    for rank, by_case in enumerate(across):
+        for strategy in strategies:
+            r = by_case[strategy]
+            assert r["after"] == r["expected"], f"{strategy} rank {rank}"

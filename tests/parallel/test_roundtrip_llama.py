@@ -58,7 +58,4 @@ def test_items_and_bytes_follow_the_layout(results):
 
 def test_fsdp_checkpoint_loads_into_tp_and_pp_layouts(results):
     _, across = results
-    for rank, by_case in enumerate(across):
-        for strategy in ("fsdp_tp", "pp"):
-            r = by_case[strategy]
-            assert r["after"] == r["expected"], f"{strategy} rank {rank}"
+    worker.assert_loaded_across(across, ["fsdp_tp", "pp"])

@@ -24,12 +24,37 @@ def bucket(gcs):
     return BUCKET
 
 
-def _upload(gcs, kind: str, name: str, data: bytes, if_generation_match: int | None):
-    """(status, body) of one upload of `kind` ("media", "multipart", "resumable")."""
+def _upload_path(kind: str, name: str, if_generation_match: int | None) -> str:
     query = {"uploadType": kind, "name": name}
     if if_generation_match is not None:
         query["ifGenerationMatch"] = str(if_generation_match)
-    path = f"/upload/storage/v1/b/{BUCKET}/o?{urllib.parse.urlencode(query)}"
+    return f"/upload/storage/v1/b/{BUCKET}/o?{urllib.parse.urlencode(query)}"
+
+
+def _start_resumable(conn, path: str):
+    """(status, body, session URL parts or None) of a resumable upload's first request."""
+    conn.request("POST", path, body=b"{}", headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    answer = resp.read()
+    if resp.status != 200:
+        return resp.status, answer, None
+    return resp.status, answer, urllib.parse.urlsplit(resp.getheader("Location"))
+
+
+def _finish_resumable(conn, session, data: bytes):
+    """(status, body) of the one PUT that sends all of `data` to a resumable session."""
+    size = len(data)
+    span = f"bytes 0-{size - 1}/{size}" if size else f"bytes */{size}"
+    conn.request(
+        "PUT", f"{session.path}?{session.query}", body=data, headers={"Content-Range": span}
+    )
+    resp = conn.getresponse()
+    return resp.status, resp.read()
+
+
+def _upload(gcs, kind: str, name: str, data: bytes, if_generation_match: int | None):
+    """(status, body) of one upload of `kind` ("media", "multipart", "resumable")."""
+    path = _upload_path(kind, name, if_generation_match)
     conn = connect(gcs.endpoint)
     try:
         if kind == "media":
@@ -48,20 +73,10 @@ def _upload(gcs, kind: str, name: str, data: bytes, if_generation_match: int | N
             ctype = f'multipart/related; boundary="{boundary}"'
             conn.request("POST", path, body=body, headers={"Content-Type": ctype})
         else:
-            conn.request("POST", path, body=b"{}", headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            answer = resp.read()
-            if resp.status != 200:
-                return resp.status, answer
-            session = urllib.parse.urlsplit(resp.getheader("Location"))
-            size = len(data)
-            span = f"bytes 0-{size - 1}/{size}" if size else f"bytes */{size}"
-            conn.request(
-                "PUT",
-                f"{session.path}?{session.query}",
-                body=data,
-                headers={"Content-Range": span},
-            )
+            status, answer, session = _start_resumable(conn, path)
+            if session is None:
+                return status, answer
+            return _finish_resumable(conn, session, data)
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
@@ -131,31 +146,13 @@ def test_create_if_absent_is_refused_for_an_existing_object(gcs, bucket, kind):
 
 
 def test_resumable_upload_checks_the_precondition_when_it_completes(gcs, bucket):
-    query = urllib.parse.urlencode(
-        {"uploadType": "resumable", "name": "raced", "ifGenerationMatch": "0"}
-    )
     conn = connect(gcs.endpoint)
-    conn.request(
-        "POST",
-        f"/upload/storage/v1/b/{bucket}/o?{query}",
-        body=b"{}",
-        headers={"Content-Type": "application/json"},
-    )
-    resp = conn.getresponse()
-    resp.read()
-    assert resp.status == 200  # absent when the session starts
-    session = urllib.parse.urlsplit(resp.getheader("Location"))
+    status, _, session = _start_resumable(conn, _upload_path("resumable", "raced", 0))
+    assert status == 200  # absent when the session starts
     gcs.put(bucket, "raced", b"the other writer")  # another writer creates it meanwhile
-    conn.request(
-        "PUT",
-        f"{session.path}?{session.query}",
-        body=b"mine",
-        headers={"Content-Range": "bytes 0-3/4"},
-    )
-    resp = conn.getresponse()
-    body = resp.read()
+    status, body = _finish_resumable(conn, session, b"mine")
     conn.close()
-    assert resp.status == 412, body
+    assert status == 412, body
     assert gcs.get(bucket, "raced") == b"the other writer"
 
 

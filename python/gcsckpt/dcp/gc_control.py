@@ -1,7 +1,8 @@
 """Keeping Python's cyclic garbage collector out of a checkpoint load's hot paths.
 
 A load allocates hundreds of thousands of long-lived objects (the unpickled `.metadata`: ~150k
-for DESIGN.md's scaled-OLMoE case) and then many short-lived ones (ReadItems, plans, tensors).
+for the scaled-OLMoE checkpoint of docs/design.md "The bar") and then many short-lived ones
+(ReadItems, plans, tensors).
 Each full collection walks every tracked object, so collections triggered while DCP builds and
 exchanges plans cost more than the work itself: unpickling that `.metadata` took 0.48 s with the
 collector on and 0.074 s with it off (measured here). The reader therefore pauses the collector

@@ -22,9 +22,10 @@ SCALES = ("full", "scaled", "tiny")
 _CONFIG_DIR = Path(__file__).parent / "configs"  # runfiles keep data next to the module
 
 # Field overrides on top of the full config. "scaled" keeps each model's structure and fits this
-# machine: OLMoE per DESIGN.md "The bar" (64 experts, top-8, 16 heads); Llama keeps GQA 32:8 and
-# the 3.5x MLP ratio, with 8 layers so pp8 splits evenly. "tiny" is for tests (8 gloo ranks in
-# seconds) and keeps every dimension divisible by 8 so all catalogue layouts apply.
+# machine: OLMoE as in docs/design.md "The bar" (hidden 512, 64 experts, top-8, 16 heads);
+# Llama keeps GQA 32:8 and the 3.5x MLP ratio, with 8 layers so pp8 splits evenly. "tiny" is
+# for tests (8 gloo ranks in seconds) and keeps every dimension divisible by 8 so all catalogue
+# layouts apply.
 _OVERRIDES: dict[tuple[str, str], dict[str, Any]] = {
     ("olmoe_1b_7b_0924", "scaled"): {
         "hidden_size": 512,

@@ -131,6 +131,12 @@ def render(s: NginxSettings) -> str:
         "proxy_read_timeout 600s; proxy_send_timeout 600s; "
         "proxy_intercept_errors on; error_page 404 = @not_found;"
     )
+    # What every media answer gets, whichever generation it serves: logged, delayed and paced
+    # like GCS, with its generation, and GCS's 404 body.
+    media_answer = (
+        f"access_log {_quoted(s.media_log)} gcs_media; {delay_check} {rate} "
+        "add_header x-goog-generation $gcs_generation; error_page 404 = @not_found;"
+    )
     return f"""
 {delay_module}
 {_user_line()}
@@ -176,11 +182,7 @@ http {{
     }}
     location @media {{
       root {_quoted(s.objects_root)};
-      access_log {_quoted(s.media_log)} gcs_media;
-      {delay_check}
-      {rate}
-      add_header x-goog-generation $gcs_generation;
-      error_page 404 = @not_found;
+      {media_answer}
       error_page 419 = @media_generation;
       error_page 420 = @media_if_generation;
       if ($gcs_want_generation = bad) {{ return 400; }}
@@ -191,20 +193,12 @@ http {{
     }}
     location @media_generation {{
       root {_quoted(s.generations_dir)};
-      access_log {_quoted(s.media_log)} gcs_media;
-      {delay_check}
-      {rate}
-      add_header x-goog-generation $gcs_generation;
-      error_page 404 = @not_found;
+      {media_answer}
       try_files /$gcs_bucket/$gcs_want_generation/$gcs_object =404;
     }}
     location @media_if_generation {{
       root {_quoted(s.generations_dir)};
-      access_log {_quoted(s.media_log)} gcs_media;
-      {delay_check}
-      {rate}
-      add_header x-goog-generation $gcs_generation;
-      error_page 404 = @not_found;
+      {media_answer}
       error_page 412 = @precondition_failed;
       try_files /$gcs_bucket/$gcs_if_generation/$gcs_object =412;
     }}
