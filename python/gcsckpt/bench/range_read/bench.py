@@ -250,7 +250,7 @@ def run_tuning(s: Settings, name: str, endpoint: str, source) -> list[report.Row
 
 def host_facts() -> dict:
     """The host facts every benchmark records (``record.host``), plus the load and libcurl."""
-    import _gcsio
+    from gcsckpt.io.extension import _gcsio  # the one import of the extension
 
     return {
         **dataclasses.asdict(collect_host_facts()),
