@@ -21,6 +21,8 @@ import dataclasses
 import os
 import pwd
 
+from gcsckpt.testing.emulator_http import JSON_API_ROOTS
+
 NGINX_BIN = "/usr/sbin/nginx"
 ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 
@@ -33,6 +35,14 @@ MEDIA_LOG_FORMAT = "$msec\\t$status\\t$body_bytes_sent\\t$request_time\\t$http_r
 _PRECONDITION_BODY = (
     '{"error":{"code":412,"message":"Precondition Failed: the object generation differs.",'
     '"errors":[{"domain":"global","reason":"conditionNotMet","message":"Precondition Failed"}]}}'
+)
+
+# XML API object paths: /BUCKET/OBJECT with any first segment but the JSON API's roots.
+_XML_PATH = rf"^/(?!(?:{'|'.join(JSON_API_ROOTS)})/)(?<gcs_bucket>[^/]+)/(?<gcs_object>.+)$"
+
+_XML_NOT_FOUND_BODY = (
+    "<?xml version='1.0' encoding='UTF-8'?><Error><Code>NoSuchKey</Code>"
+    "<Message>The specified key does not exist.</Message><Details>No such object.</Details></Error>"
 )
 
 _NOT_FOUND_BODY = (
@@ -125,12 +135,13 @@ def render(s: NginxSettings) -> str:
         if s.rate_bytes_per_s > 0
         else ""
     )
-    proxy = (
+    proxy_plain = (
         "proxy_pass http://emulator; proxy_http_version 1.1; "
         'proxy_set_header Connection ""; proxy_set_header Host $http_host; '
-        "proxy_read_timeout 600s; proxy_send_timeout 600s; "
-        "proxy_intercept_errors on; error_page 404 = @not_found;"
+        "proxy_read_timeout 600s; proxy_send_timeout 600s;"
     )
+    # JSON API answers: the emulator's bare 404s get GCS's JSON body; XML ones keep their own.
+    proxy = f"{proxy_plain} proxy_intercept_errors on; error_page 404 = @not_found;"
     # What every media answer gets, whichever generation it serves: logged, delayed and paced
     # like GCS, with its generation, and GCS's 404 body.
     media_answer = (
@@ -162,6 +173,8 @@ http {{
   client_max_body_size 0;
   recursive_error_pages on;
   map "$request_method:$arg_alt" $gcs_is_media {{ "GET:media" 1; "HEAD:media" 1; default ""; }}
+  # XML API object reads: GET/HEAD /BUCKET/OBJECT that are not about a multipart upload.
+  map "$request_method:$arg_uploadid" $gcs_is_xml_read {{ "GET:" 1; "HEAD:" 1; default ""; }}
   # generation= / ifGenerationMatch= of a media read: digits only (anything else is a 400).
   map $arg_generation $gcs_want_generation {{
     "" ""; "~^[0-9]{{1,19}}$" $arg_generation; default "bad";
@@ -179,6 +192,30 @@ http {{
       error_page 418 = @media;
       if ($gcs_is_media) {{ return 418; }}
       {proxy}
+    }}
+    # The XML API: /BUCKET/OBJECT, any first segment but the JSON API's (emulator_main.py).
+    location ~ {_XML_PATH} {{
+      error_page 418 = @xml_read;
+      if ($gcs_is_xml_read) {{ return 418; }}
+      {proxy_plain}
+    }}
+    location @xml_read {{
+      root {_quoted(s.objects_root)};
+      {media_answer.replace("@not_found", "@xml_not_found")}
+      error_page 419 = @xml_read_generation;
+      if ($gcs_want_generation = bad) {{ return 400; }}
+      if ($gcs_want_generation) {{ return 419; }}
+      try_files /$gcs_bucket/$gcs_object =404;
+    }}
+    location @xml_read_generation {{
+      root {_quoted(s.generations_dir)};
+      {media_answer.replace("@not_found", "@xml_not_found")}
+      try_files /$gcs_bucket/$gcs_want_generation/$gcs_object =404;
+    }}
+    location @xml_not_found {{
+      access_log {_quoted(s.media_log)} gcs_media;
+      default_type application/xml;
+      return 404 "{_XML_NOT_FOUND_BODY}";
     }}
     location @media {{
       root {_quoted(s.objects_root)};
