@@ -8,6 +8,7 @@ emulator has its body streamed from the socket into a temp file.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -103,6 +104,24 @@ def request_started(handler) -> float:
         return time.monotonic() - float(elapsed) if elapsed else time.monotonic()
     except ValueError:
         return time.monotonic()
+
+
+@dataclasses.dataclass(frozen=True)
+class Pacing:
+    """The latency model of uploads: first byte after `latency_s`, at most `rate_bytes_per_s`
+    per request (0: no cap)."""
+
+    latency_s: float = 0.0
+    rate_bytes_per_s: float = 0.0
+
+    def pace(self, started: float, nbytes: int) -> None:
+        """Sleeps until the answer is due for a request that began at `started` (monotonic)."""
+        due = started + self.latency_s
+        if self.rate_bytes_per_s > 0:
+            due += nbytes / self.rate_bytes_per_s
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
 
 
 def send(handler, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:

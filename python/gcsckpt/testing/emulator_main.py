@@ -32,10 +32,11 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import urllib.parse
 from functools import partial
-from http.server import HTTPServer
+from http.server import HTTPServer, ThreadingHTTPServer
 
 # Siblings, imported as top-level modules (this file runs as a script, its folder on sys.path).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -47,8 +48,16 @@ EXIT_BIND_FAILED = 3
 EXIT_EMULATOR_MISSING = 4
 
 
+_UPLOAD_PATH = re.compile(r"^/upload/storage/v1/b/([^/]+)/o$")
+
+
 class _BackloggedHTTPServer(HTTPServer):
     request_queue_size = 1024
+
+
+class _ThreadedHTTPServer(ThreadingHTTPServer):
+    request_queue_size = 1024
+    daemon_threads = True
 
 
 def xml_target(raw_path: str) -> tuple[str, str] | None:
@@ -60,11 +69,21 @@ def xml_target(raw_path: str) -> tuple[str, str] | None:
     return urllib.parse.unquote(bucket), urllib.parse.unquote(name)
 
 
-def _make_handler_class(base, xml_uploads):
-    """The emulator's RequestHandler, answering 412 for failed upload preconditions and the
-    XML API's uploads (emulator_xml.py)."""
+def _make_handler_class(base, json_uploads, xml_uploads):
+    """The emulator's RequestHandler with the JSON API's uploads (emulator_uploads.py) and the
+    XML API's (emulator_xml.py) in place of its own, and 412 for failed upload preconditions
+    of its other handlers; everything else of the emulator's runs under the storage lock."""
 
     class Handler(base):
+        def _upload(self, method: str) -> bool:
+            split = urllib.parse.urlsplit(self.path)
+            match = _UPLOAD_PATH.match(split.path)
+            if match is None:
+                return False
+            query = urllib.parse.parse_qs(split.query, keep_blank_values=True)
+            json_uploads.handle(self, method, urllib.parse.unquote(match.group(1)), query)
+            return True
+
         def _xml(self, method: str) -> bool:
             target = xml_target(self.path)
             if target is None:
@@ -105,15 +124,15 @@ def _make_handler_class(base, xml_uploads):
                 self._routed("do_GET")
 
         def do_POST(self):  # noqa: N802
-            if not self._xml("POST"):
+            if not self._upload("POST") and not self._xml("POST"):
                 self._routed("do_POST")
 
         def do_PUT(self):  # noqa: N802
-            if not self._xml("PUT"):
+            if not self._upload("PUT") and not self._xml("PUT"):
                 self._routed("do_PUT")
 
         def do_DELETE(self):  # noqa: N802
-            if not self._xml("DELETE"):
+            if not self._upload("DELETE") and not self._xml("DELETE"):
                 self._routed("do_DELETE")
 
         def do_PATCH(self):  # noqa: N802
@@ -143,6 +162,17 @@ def main(argv: list[str]) -> int:
         "--data-dir", required=True, help="absolute path; objects live in .cloudstorage"
     )
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument(
+        "--upload-latency-ms", type=float, default=0.0, help="first-byte delay of upload answers"
+    )
+    parser.add_argument(
+        "--upload-rate", type=float, default=0.0, help="per-upload bytes/s cap (0: none)"
+    )
+    parser.add_argument(
+        "--serial",
+        action="store_true",
+        help="one request at a time (the emulator's own server; kept to measure against)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
@@ -154,15 +184,21 @@ def main(argv: list[str]) -> int:
     except ImportError as err:
         print(f"gcp-storage-emulator is not importable ({err}); pip install gcp-storage-emulator")
         return EXIT_EMULATOR_MISSING
+    from emulator_http import Pacing
+    from emulator_uploads import JSONUploads
     from emulator_xml import XMLUploads
 
     _allow_empty_media_bodies(emulator_server)
     storage_class = emulator_storage.make_storage_class(Storage, RESUMABLE_DIR)
     storage = storage_class(use_memory_fs=False, data_dir=args.data_dir)
-    xml_uploads = XMLUploads(storage, objects_handlers._make_object_resource)
-    handler = _make_handler_class(emulator_server.RequestHandler, xml_uploads)
+    pacing = Pacing(args.upload_latency_ms / 1000.0, args.upload_rate)
+    make_object = objects_handlers._make_object_resource
+    json_uploads = JSONUploads(storage, make_object, pacing)
+    xml_uploads = XMLUploads(storage, make_object, pacing)
+    handler = _make_handler_class(emulator_server.RequestHandler, json_uploads, xml_uploads)
+    server_class = _BackloggedHTTPServer if args.serial else _ThreadedHTTPServer
     try:
-        httpd = _BackloggedHTTPServer((args.host, args.port), partial(handler, storage))
+        httpd = server_class((args.host, args.port), partial(handler, storage))
     except OSError as err:
         print(f"emulator cannot bind {args.host}:{args.port}: {err}", flush=True)
         return EXIT_BIND_FAILED

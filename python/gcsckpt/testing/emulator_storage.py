@@ -90,7 +90,8 @@ def file_checksums(path: str, offset: int = 0, length: int | None = None) -> Che
         f.seek(offset)
         left = length
         while left is None or left > 0:
-            # bytes, not a reused buffer: google-crc32c takes only read-only buffers.
+            # bytes, not a memoryview of a reused buffer or a map: google-crc32c takes only
+            # buffers without a release hook.
             chunk = f.read(_HASH_CHUNK_BYTES if left is None else min(_HASH_CHUNK_BYTES, left))
             if not chunk:
                 break
@@ -112,21 +113,22 @@ def file_checksums(path: str, offset: int = 0, length: int | None = None) -> Che
     )
 
 
-def copy_range(src: str, dst_fd: int, dst_offset: int, length: int) -> None:
-    """Copies all `length` bytes of `src` to the open file `dst_fd` at `dst_offset`, in the
-    kernel (copy_file_range; pread/pwrite where the file system refuses it)."""
+def copy_range(src: str, dst_fd: int, dst_offset: int, length: int, src_offset: int = 0) -> None:
+    """Copies `length` bytes of `src` from `src_offset` to the open file `dst_fd` at
+    `dst_offset`, in the kernel (copy_file_range; pread/pwrite where the file system refuses)."""
     with open(src, "rb", buffering=0) as f:
         done = 0
         while done < length:
+            at, to = src_offset + done, dst_offset + done
             try:
-                n = os.copy_file_range(f.fileno(), dst_fd, length - done, done, dst_offset + done)
+                n = os.copy_file_range(f.fileno(), dst_fd, length - done, at, to)
             except OSError as err:
                 if err.errno not in (18, 22, 38, 95):  # EXDEV EINVAL ENOSYS EOPNOTSUPP
                     raise
-                chunk = os.pread(f.fileno(), min(length - done, _HASH_CHUNK_BYTES), done)
-                n = os.pwrite(dst_fd, chunk, dst_offset + done) if chunk else 0
+                chunk = os.pread(f.fileno(), min(length - done, _HASH_CHUNK_BYTES), at)
+                n = os.pwrite(dst_fd, chunk, to) if chunk else 0
             if n == 0:
-                raise OSError(f"{src}: ends after {done} bytes, expected {length}")
+                raise OSError(f"{src}: ends before byte {at}, expected {length} from {src_offset}")
             done += n
 
 

@@ -37,7 +37,14 @@ import threading
 import xml.etree.ElementTree as ET
 from xml.sax.saxutils import escape
 
-from emulator_http import BadRequestBody, body_file, read_small_body, send
+from emulator_http import (
+    BadRequestBody,
+    Pacing,
+    body_file,
+    read_small_body,
+    request_started,
+    send,
+)
 from emulator_storage import (
     BucketNotFound,
     Checksums,
@@ -148,14 +155,16 @@ def _check_digests(headers, sums: Checksums) -> None:
 class XMLUploads:
     """The XML API upload handlers over one GenerationStorage (emulator_storage.py)."""
 
-    def __init__(self, storage, make_object_resource) -> None:
+    def __init__(self, storage, make_object_resource, pacing: Pacing | None = None) -> None:
         self._storage = storage
+        self._pacing = pacing or Pacing()
         self._make_object = make_object_resource  # the emulator's own object resource builder
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
 
     def handle(self, handler, method: str, bucket: str, name: str, query: dict) -> None:
         """Answers one XML API request for gs://bucket/name (query: parse_qs of the URL)."""
+        handler.gcs_started = request_started(handler)  # per request (threads share self)
         try:
             self._route(handler, method, bucket, name, query)
         except XMLError as err:
@@ -207,7 +216,8 @@ class XMLUploads:
             str(sums.size),
             meta or None,
         )
-        obj.update(crc32c=sums.crc32c, md5Hash=sums.md5, etag=sums.md5)
+        # A new object's metageneration is 1 (the emulator counts its metadata as a patch).
+        obj.update(crc32c=sums.crc32c, md5Hash=sums.md5, etag=sums.md5, metageneration="1")
         return obj
 
     def _object_headers(self, obj: dict, sums: Checksums, etag: str) -> dict[str, str]:
@@ -232,6 +242,7 @@ class XMLUploads:
         finally:
             if os.path.exists(path):
                 os.unlink(path)
+        self._pacing.pace(handler.gcs_started, sums.size)
         send(handler, 200, b"", self._object_headers(obj, sums, _etag(sums)))
 
     # multipart upload --------------------------------------------------------------------------
@@ -287,6 +298,7 @@ class XMLUploads:
         finally:
             if os.path.exists(path):
                 os.unlink(path)
+        self._pacing.pace(handler.gcs_started, sums.size)
         send(handler, 200, b"", {"ETag": _etag(sums), "x-goog-hash": _hash_header(sums)})
 
     def _list_parts(self, handler, bucket, name, upload_id) -> None:
