@@ -40,6 +40,7 @@ import secrets
 import threading
 import urllib.parse
 
+import google_crc32c
 from emulator_http import (
     BadRequestBody,
     Pacing,
@@ -232,8 +233,6 @@ class JSONUploads:
             or metadata.get("contentType")
             or "application/octet-stream"
         )
-        import google_crc32c
-
         session = _Session(
             bucket,
             name,
