@@ -19,6 +19,14 @@ inline constexpr uint64_t kCoalesceGapBytes = 16ULL << 10;  // largest hole join
 inline constexpr int kMaxNumThreads = 4;                    // worker threads: min(this, CPUs)
 inline constexpr long kRecvBufferBytes = 256L << 10;        // libcurl receive buffer per request
 
+// Uploads (uploader.h, and the DCP writer's object split; see python/gcsckpt/io/uploader.py for
+// the measurements).
+inline constexpr int kMaxInflightUploads = 16;                 // upload requests at once
+inline constexpr uint64_t kUploadInflightBytes = 1ULL << 30;   // bytes of running upload requests
+inline constexpr uint64_t kUploadChunkBytes = 32ULL << 20;     // longest PUT of a resumable upload
+inline constexpr uint64_t kUploadObjectBytes = 32ULL << 20;    // writer: target bytes per object
+inline constexpr uint64_t kUploadStagingBytes = 256ULL << 20;  // writer: serialized bytes held
+
 // Timeouts (seconds).
 inline constexpr double kConnectTimeoutS = 10.0;  // TCP/TLS connect limit per attempt
 inline constexpr double kStallTimeoutS = 30.0;    // an attempt with no byte this long is retried
