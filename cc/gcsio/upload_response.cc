@@ -153,13 +153,11 @@ Outcome UploadStatusOutcome(long status, std::string_view body, std::string_view
     const std::string cond = if_generation_match < 0
                                  ? std::string("a precondition")
                                  : "ifGenerationMatch=" + std::to_string(if_generation_match);
-    Outcome o = StatusOutcome(status, body, bucket, object, credential);
-    o.verdict = Verdict::kFail;
-    o.cause = kPreconditionFailed;
-    o.message = "HTTP 412 precondition failed: " + cond + " does not hold for " + where +
-                (if_generation_match == 0 ? " (the object exists)" : "") +
-                (o.message.size() > 8 ? o.message.substr(8) : "");
-    return o;
+    // The server's text, as StatusOutcome quotes it ("HTTP 400: <snippet>" -> ": <snippet>").
+    const std::string quoted = StatusOutcome(400, body, bucket, object, credential).message;
+    return Make(Verdict::kFail, kPreconditionFailed, status,
+                "HTTP 412 precondition failed: " + cond + " does not hold for " + where +
+                    (if_generation_match == 0 ? " (the object exists)" : "") + quoted.substr(8));
   }
   if (session_request && (status == 404 || status == 410)) {
     Outcome o = StatusOutcome(status, body, bucket, object, credential);

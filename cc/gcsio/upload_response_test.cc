@@ -40,11 +40,12 @@ TEST(UploadResponseTest, ObjectResourceTopLevelFieldsOnly) {
 }
 
 TEST(UploadResponseTest, StatusVerdicts) {
-  Outcome o = UploadStatusOutcome(412, "{}", "b", "o", "cred", true, 0);
+  Outcome o = UploadStatusOutcome(412, "conditionNotMet", "b", "o", "cred", true, 0);
   EXPECT_EQ(o.verdict, Verdict::kFail);
   EXPECT_EQ(o.cause, kPreconditionFailed);
-  EXPECT_NE(o.message.find("ifGenerationMatch=0 does not hold for gs://b/o"), std::string::npos)
-      << o.message;
+  EXPECT_EQ(o.message,
+            "HTTP 412 precondition failed: ifGenerationMatch=0 does not hold for gs://b/o (the "
+            "object exists): conditionNotMet");
   for (long s : {404L, 410L}) {
     o = UploadStatusOutcome(s, "", "b", "o", "cred", true, -1);
     EXPECT_EQ(o.verdict, Verdict::kRetry);

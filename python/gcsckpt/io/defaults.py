@@ -65,3 +65,11 @@ MAX_BACKOFF_S: float = _TABLE["max_backoff_s"]
 RETRY_DEADLINE_S: float = _TABLE["deadline_s"]
 
 TOKEN_REFRESH_MARGIN_S: float = _TABLE["token_refresh_margin_s"]
+
+# Uploads (Uploader, and GCSStorageWriter's split into objects); measurements in
+# gcsckpt.io.uploader's docstring.
+MAX_INFLIGHT_UPLOADS: int = _TABLE["max_inflight_uploads"]
+UPLOAD_INFLIGHT_BYTES: int = _TABLE["upload_inflight_bytes"]
+UPLOAD_CHUNK_BYTES: int = _TABLE["upload_chunk_bytes"]
+UPLOAD_OBJECT_BYTES: int = _TABLE["upload_object_bytes"]
+UPLOAD_STAGING_BYTES: int = _TABLE["upload_staging_bytes"]
