@@ -378,7 +378,11 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
                 chunk_bytes=self.chunk_bytes,
                 max_inflight_requests=self.max_inflight_uploads,
                 retry=self._retry,
-                **({} if self._stall_timeout_s is None else {"stall_timeout_s": self._stall_timeout_s}),
+                **(
+                    {}
+                    if self._stall_timeout_s is None
+                    else {"stall_timeout_s": self._stall_timeout_s}
+                ),
             )
         return self._uploader
 

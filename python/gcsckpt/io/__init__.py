@@ -3,10 +3,11 @@
 ``RangeReader`` reads many byte ranges of many GCS objects into caller-owned memory with many
 ranged GETs in flight (libcurl, keep-alive, GIL released), retrying transient failures and
 checking every answer; ``Uploader`` (``gcsckpt.io.uploader``) writes objects from caller memory
-the same way, many resumable uploads in flight, each checked by CRC-32C. See ``RangeReader`` for the behaviour and ``gcsckpt.io.defaults`` for
-how the default tuning was measured. ``ObjectStore`` (``gcsckpt.io.objects``, on
-google-cloud-storage) does the rest: whole small objects, create-if-absent, stat, list, delete
-and uploads. Both retry under one ``RetryPolicy``.
+the same way, many resumable uploads in flight, each checked by CRC-32C. See ``RangeReader``
+for the behaviour and ``gcsckpt.io.defaults`` for how the default tuning was measured.
+``ObjectStore`` (``gcsckpt.io.objects``, on google-cloud-storage) does the rest: whole small
+objects (``.metadata``), create-if-absent, stat, list, delete and streamed uploads. All retry
+under one ``RetryPolicy``.
 """
 
 from gcsckpt.io.auth import GoogleAuthTokenProvider, default_token_provider

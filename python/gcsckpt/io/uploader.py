@@ -89,9 +89,7 @@ class UploadHandle:
             )
         r = self._upload.result()
         if not r["ok"]:
-            raise make_upload_error(
-                self.bucket, self.object, {**r, "status": r["status"] or None}
-            )
+            raise make_upload_error(self.bucket, self.object, {**r, "status": r["status"] or None})
         return UploadResult(
             self.bucket,
             self.object,
