@@ -48,15 +48,68 @@ uint32_t TableUpdate(uint32_t c, const uint8_t* p, size_t n) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) uint32_t HardwareUpdate(uint32_t c, const uint8_t* p, size_t n) {
-  uint64_t c64 = c;
-  while (n >= 8) {
+// The crc32 instruction has a latency of 3 cycles and a throughput of 1 per cycle, so one chain
+// of them runs at a third of the possible speed: three blocks of kBlock bytes are summed at once
+// (three independent chains) and joined with Shift, the register after kBlock zero bytes.
+constexpr size_t kBlock = 4096;
+
+__attribute__((target("sse4.2"))) uint64_t Chain(uint64_t c, const uint8_t* p, size_t n) {
+  for (; n >= 8; n -= 8, p += 8) {
     uint64_t w;
     std::memcpy(&w, p, 8);
-    c64 = _mm_crc32_u64(c64, w);
-    p += 8;
-    n -= 8;
+    c = _mm_crc32_u64(c, w);
   }
+  return c;
+}
+
+// Shift(r) = the register after feeding kBlock zero bytes to register r (linear in r: four
+// byte tables built from the 32 basis registers).
+struct ShiftTables {
+  uint32_t t[4][256];
+  ShiftTables() {
+    static const uint8_t zeros[kBlock] = {};
+    uint32_t basis[32];
+    for (int i = 0; i < 32; ++i) basis[i] = static_cast<uint32_t>(Chain(1u << i, zeros, kBlock));
+    for (int b = 0; b < 4; ++b) {
+      for (uint32_t v = 0; v < 256; ++v) {
+        uint32_t r = 0;
+        for (int bit = 0; bit < 8; ++bit) {
+          if (v & (1u << bit)) r ^= basis[8 * b + bit];
+        }
+        t[b][v] = r;
+      }
+    }
+  }
+  uint32_t Shift(uint32_t r) const {
+    return t[0][r & 0xFF] ^ t[1][(r >> 8) & 0xFF] ^ t[2][(r >> 16) & 0xFF] ^ t[3][r >> 24];
+  }
+};
+
+__attribute__((target("sse4.2"))) uint32_t HardwareUpdate(uint32_t c, const uint8_t* p, size_t n) {
+  static const ShiftTables shift;
+  uint64_t c64 = c;
+  while (n >= 3 * kBlock) {
+    uint64_t a = c64, b = 0, d = 0;
+    const uint8_t* pb = p + kBlock;
+    const uint8_t* pd = p + 2 * kBlock;
+    for (size_t i = 0; i < kBlock; i += 8) {
+      uint64_t wa, wb, wd;
+      std::memcpy(&wa, p + i, 8);
+      std::memcpy(&wb, pb + i, 8);
+      std::memcpy(&wd, pd + i, 8);
+      a = _mm_crc32_u64(a, wa);
+      b = _mm_crc32_u64(b, wb);
+      d = _mm_crc32_u64(d, wd);
+    }
+    // The register is affine in its start: after block 2 it is Shift(a) ^ b, and so on.
+    c64 = shift.Shift(shift.Shift(static_cast<uint32_t>(a)) ^ static_cast<uint32_t>(b)) ^
+          static_cast<uint32_t>(d);
+    p += 3 * kBlock;
+    n -= 3 * kBlock;
+  }
+  c64 = Chain(c64, p, n);
+  p += n & ~size_t{7};
+  n &= 7;
   uint32_t c32 = static_cast<uint32_t>(c64);
   while (n-- > 0) c32 = _mm_crc32_u8(c32, *p++);
   return c32;

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -40,7 +41,18 @@ TEST(Crc32cTest, KnownAnswers) {
 TEST(Crc32cTest, HardwareAndTableAgreeOnEveryLengthAndAlignment) {
   const std::vector<uint8_t> data = Bytes(4096 + 16, 7);
   for (size_t start = 0; start < 9; ++start) {
-    for (size_t n : {0, 1, 7, 8, 9, 15, 16, 63, 64, 65, 1000, 4096}) {
+    for (size_t n : {0, 1, 7, 8, 9, 15, 16, 63, 64, 65, 1000, 4096}) {  // below three blocks
+      EXPECT_EQ(Crc32c(data.data() + start, n), Crc32cPortable(data.data() + start, n))
+          << "start " << start << " length " << n;
+    }
+  }
+}
+
+TEST(Crc32cTest, HardwareAndTableAgreeAcrossThreeBlockRuns) {
+  // The hardware path sums three 4 KiB blocks at once: lengths around multiples of 12 KiB.
+  const std::vector<uint8_t> data = Bytes(5 * 12288 + 64, 11);
+  for (size_t start : {0, 3}) {
+    for (size_t n : {12287, 12288, 12289, 24576, 24583, 5 * 12288 + 17}) {
       EXPECT_EQ(Crc32c(data.data() + start, n), Crc32cPortable(data.data() + start, n))
           << "start " << start << " length " << n;
     }
@@ -79,11 +91,16 @@ TEST(Crc32cTest, ThroughputIsPrinted) {
   std::vector<uint8_t> data(n);
   std::memset(data.data(), 0x5A, n);
   for (int path = 0; path < 2; ++path) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const uint32_t c = path == 0 ? Crc32c(data.data(), n) : Crc32cPortable(data.data(), n);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double best = 1e9;
+    uint32_t c = 0;
+    for (int run = 0; run < 3; ++run) {  // best of three: the machine is shared
+      const auto t0 = std::chrono::steady_clock::now();
+      c = path == 0 ? Crc32c(data.data(), n) : Crc32cPortable(data.data(), n);
+      best = std::min(best,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
     std::printf("crc32c %s: %.2f GB/s (crc %08x)\n",
-                path == 0 ? (Crc32cHardware() ? "sse4.2" : "table") : "table", n / s / 1e9, c);
+                path == 0 ? (Crc32cHardware() ? "sse4.2" : "table") : "table", n / best / 1e9, c);
   }
   EXPECT_EQ(Crc32c(data.data(), n), Crc32cPortable(data.data(), n));
 }
