@@ -43,7 +43,12 @@ FLAGS = flags.FLAGS
 flags.DEFINE_integer("state_mib", 512, "Tensor bytes of the state dict (MiB).")
 flags.DEFINE_integer("tensor_mib", 8, "Bytes per tensor (MiB).")
 flags.DEFINE_integer("rounds", 3, "Timed rounds per arm.")
-flags.DEFINE_list("arms", ["uploader", "objectstore"], "Which save paths to time.")
+flags.DEFINE_list(
+    "arms",
+    ["uploader", "objectstore"],
+    "Save paths to time: uploader (the table's defaults), uploader:<object MiB> (another "
+    "object_bytes), objectstore (the previous path).",
+)
 flags.DEFINE_string("output", "save_path.json", "JSON results path (relative: to the cwd).")
 
 BUCKET = "save-path"
@@ -96,7 +101,7 @@ def peak_rss():
     """Yields a dict whose "extra_mib" is, afterwards, the peak RSS above the starting RSS."""
     proc = psutil.Process()
     start = proc.memory_info().rss
-    out = {"peak": start}
+    out = {"peak": start, "start_mib": start / 2**20}
     stop = threading.Event()
 
     def sample():
@@ -112,6 +117,7 @@ def peak_rss():
         thread.join()
         out["peak"] = max(out["peak"], proc.memory_info().rss)
         out["extra_mib"] = (out["peak"] - start) / 2**20
+        out["peak_mib"] = out["peak"] / 2**20
 
 
 def make_state(state_mib: int, tensor_mib: int) -> dict:
@@ -122,13 +128,19 @@ def make_state(state_mib: int, tensor_mib: int) -> dict:
 
 
 def save_round(gcs, arm: str, name: str, state: dict) -> dict:
-    cls = GCSStorageWriter if arm == "uploader" else ObjectStoreWriter
-    writer = cls(f"gs://{BUCKET}/{name}", endpoint=gcs.endpoint)
+    url = f"gs://{BUCKET}/{name}"
+    if arm == "objectstore":
+        writer = ObjectStoreWriter(url, endpoint=gcs.endpoint)
+    elif arm.startswith("uploader:"):
+        mib = int(arm.split(":")[1])
+        writer = GCSStorageWriter(url, endpoint=gcs.endpoint, object_bytes=mib << 20)
+    else:
+        writer = GCSStorageWriter(url, endpoint=gcs.endpoint)
     with peak_rss() as rss:
         t0 = time.perf_counter()
         dcp.save(state, storage_writer=writer)
         seconds = time.perf_counter() - t0
-    uploads = writer.uploads if arm == "uploader" else []
+    uploads = writer.uploads if arm != "objectstore" else []
     loaded = {k: torch.empty_like(v) for k, v in state.items()}
     dcp.load(
         loaded, storage_reader=GCSStorageReader(f"gs://{BUCKET}/{name}", endpoint=gcs.endpoint)
@@ -143,6 +155,8 @@ def save_round(gcs, arm: str, name: str, state: dict) -> dict:
         "seconds": seconds,
         "mb_per_s": state_bytes / seconds / 1e6,
         "extra_rss_mib": rss["extra_mib"],
+        "rss_before_mib": rss["start_mib"],
+        "peak_rss_mib": rss["peak_mib"],
         "objects": len(uploads) if uploads else writer.thread_count,
         "requests": sum(u.requests for u in uploads) if uploads else None,
         "retries": sum(u.retries for u in uploads) if uploads else None,
@@ -178,12 +192,13 @@ def main(argv: list[str]) -> None:
         for r in range(FLAGS.rounds):
             order = FLAGS.arms if r % 2 == 0 else list(reversed(FLAGS.arms))
             for arm in order:
-                row = save_round(gcs, arm, f"{arm}/r{r}", state)
+                row = save_round(gcs, arm, f"{arm.replace(':', '-')}/r{r}", state)
                 row["round"] = r
                 rows.append(row)
                 print(
-                    f"round {r} {arm:12s} {row['seconds']:6.2f} s {row['mb_per_s']:7.1f} MB/s "
-                    f"extra RSS {row['extra_rss_mib']:6.0f} MiB objects {row['objects']} "
+                    f"round {r} {arm:14s} {row['seconds']:6.2f} s {row['mb_per_s']:7.1f} MB/s "
+                    f"RSS {row['rss_before_mib']:5.0f} -> peak {row['peak_rss_mib']:5.0f} MiB "
+                    f"(+{row['extra_rss_mib']:.0f}) objects {row['objects']} "
                     f"requests {row['requests']}",
                     flush=True,
                 )
@@ -195,7 +210,7 @@ def main(argv: list[str]) -> None:
         mine = [x for x in rows if x["arm"] == arm]
         secs = [x["seconds"] for x in mine]
         print(
-            f"{arm:12s} median {statistics.median(secs):6.2f} s "
+            f"{arm:14s} median {statistics.median(secs):6.2f} s "
             f"({min(secs):.2f}-{max(secs):.2f}), "
             f"{state_bytes / statistics.median(secs) / 1e6:7.1f} MB/s, "
             f"extra RSS max {max(x['extra_rss_mib'] for x in mine):.0f} MiB"

@@ -137,13 +137,14 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             deletes the previous checkpoint's objects.
         serialization_format: SerializationFormat.TORCH_SAVE (default) or SAFETENSORS.
         chunk_bytes: longest PUT of a data object's resumable upload (bytes, a multiple of
-            256 KiB; default the table's UPLOAD_CHUNK_BYTES, 32 MiB); smaller objects go up in
+            256 KiB; default the table's UPLOAD_CHUNK_BYTES, 64 MiB); smaller objects go up in
             one PUT.
         retry: a `gcsckpt.io.RetryPolicy` (None -> its defaults) for every request.
         stall_timeout_s: a request with no progress for this long (seconds, default the range
             reader's) is retried.
         object_bytes: target tensor bytes per data object (default UPLOAD_OBJECT_BYTES,
-            32 MiB), so that a rank's save is many uploads in flight.
+            16 MiB), so that a rank's save is many uploads in flight (an item is never split:
+            one larger than this is an object of its own size).
         staging_bytes: serialized bytes a rank holds at once, not yet uploaded (default
             UPLOAD_STAGING_BYTES, 256 MiB); the save's extra memory is about this much.
         max_inflight_uploads: upload requests of a rank at once (default 16).
