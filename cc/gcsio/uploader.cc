@@ -267,6 +267,7 @@ void Uploader::Loop() {
     }
   }
   // Stopping: end what runs (the destructor fails what was queued).
+  for (Active& a : active_) a.upload->cancelled_ = true;
   while (!active_.empty()) End(active_.size() - 1, nullptr, "cancelled", "cancelled");
 }
 

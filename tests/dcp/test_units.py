@@ -466,7 +466,7 @@ def test_planner_loads_like_the_default_planner(tmp_path):
 def test_writer_upload_defaults_come_from_the_one_table():
     from gcsckpt.io import defaults
 
-    writer = GCSStorageWriter("gs://b/p")
+    writer = GCSStorageWriter("gs://bkt/p")
     assert (writer.object_bytes, writer.staging_bytes, writer.chunk_bytes) == (
         defaults.UPLOAD_OBJECT_BYTES,
         defaults.UPLOAD_STAGING_BYTES,
