@@ -54,7 +54,7 @@ Uploads (Uploader, GCSStorageWriter), measured with ``tools/bazel run //bench:sa
   (256 MiB / 16 MiB = 16): against GCS, where one stream carries ~200 MB/s, a rank's bandwidth
   grows with the uploads it has in flight.
 - ``UPLOAD_STAGING_BYTES = 256 MiB``: serialized bytes a rank holds before they are uploaded;
-  the save's peak RSS rose 13-261 MiB above the RSS before it (target: state + 10 % + 256 MiB).
+  the save's peak RSS rose 13-271 MiB above the RSS before it (target: state + 10 % + 256 MiB).
 - ``UPLOAD_CHUNK_BYTES = 64 MiB``: larger than an object, so an object is one PUT (a resumable
   session start and one PUT each: 64 requests for 32 objects); a multiple of 256 KiB.
 - ``MAX_INFLIGHT_UPLOADS = 16``, ``UPLOAD_INFLIGHT_BYTES = 1 GiB``: requests at once and their

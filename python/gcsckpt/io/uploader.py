@@ -25,8 +25,10 @@ writing ``thread_count`` = 4 objects through ``ObjectStore`` upload streams, goo
 16 MiB resumable chunks). The local endpoint's single-threaded emulator bounds every arm (it
 also rewrites its session file for every chunk, which is why the chunked 128 MiB objects of
 the old path cost it most); the uploader keeps ``max_inflight_requests`` uploads in flight with
-no Python thread per upload and no copy of the payload. The save's extra memory (peak RSS above
-the RSS before ``dcp.save``) was 13-261 MiB, the staging budget (256 MiB).
+no Python thread per upload and no copy of the payload. With the defaults alone
+(``tools/bazel run //bench:save_path``, 3 rounds, load average 12.7-16.2): 5.4-5.8 s against
+10.8-15.1 s. The save's extra memory (peak RSS above the RSS before ``dcp.save``) was
+13-271 MiB, about the staging budget (256 MiB).
 
 Defaults (``gcsckpt.io.defaults``, from ``cc/gcsio/defaults.h``): 16 requests in flight,
 64 MiB chunks (a multiple of 256 KiB, as GCS requires of every chunk but the last), so the
