@@ -214,19 +214,15 @@ void Engine::Worker::Judge(Job job, const Outcome& outcome, const HttpTransfer* 
       batch.FetchDropped(fetch);
       return;
     case Verdict::kRetry: {
-      const double backoff = BackoffSeconds(policy, st.attempts, rng_);
       const double elapsed = std::chrono::duration<double>(Clock::now() - st.first_start).count();
-      if (MayRetry(policy, st.attempts, elapsed, backoff)) {
+      const RetryDecision next = DecideRetry(policy, st.attempts, elapsed, rng_);
+      if (next.retry) {
         stats.AddRetry(outcome.cause);
-        engine_->Requeue(std::move(job), backoff);
+        engine_->Requeue(std::move(job), next.backoff_s);
         return;
       }
-      const std::string why =
-          st.attempts >= policy.max_attempts
-              ? ""
-              : " (retry deadline of " + Seconds(policy.deadline_s) + " s reached)";
       stats.AddFailure();
-      batch.FetchFailed(fetch, Failure(outcome, st, batch.fetch(fetch), why));
+      batch.FetchFailed(fetch, Failure(outcome, st, batch.fetch(fetch), next.why_not));
       return;
     }
     case Verdict::kFail:

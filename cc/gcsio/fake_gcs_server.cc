@@ -10,6 +10,8 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "cc/gcsio/crc32c.h"
+
 namespace gcsio {
 namespace {
 
@@ -52,25 +54,53 @@ std::string Lower(std::string s) {
   return s;
 }
 
-// Parses "GET {target} HTTP/1.1" and its headers; false for anything else.
+// The value of query parameter `name` in "a=1&b=2" (percent-decoded), "" if absent.
+std::string QueryParam(const std::string& query, const std::string& name) {
+  const std::string q = "&" + query;
+  const size_t at = q.find("&" + name + "=");
+  if (at == std::string::npos) return "";
+  const size_t start = at + name.size() + 2;
+  const size_t end = q.find('&', start);
+  return PercentDecode(q.substr(start, end == std::string::npos ? end : end - start));
+}
+
+// Parses "GET|POST|PUT {target} HTTP/1.1" and its headers: media GETs with a Range, resumable
+// upload starts, chunks and status queries; false for anything else.
 bool ParseRequest(const std::string& head, FakeGcsServer::Request* r) {
   const size_t line_end = head.find("\r\n");
   const std::string line = head.substr(0, line_end);
-  if (line.rfind("GET ", 0) != 0) return false;
-  const size_t target_end = line.find(' ', 4);
+  const size_t sp = line.find(' ');
+  if (sp == std::string::npos) return false;
+  r->method = line.substr(0, sp);
+  const size_t target_end = line.find(' ', sp + 1);
   if (target_end == std::string::npos) return false;
-  const std::string target = line.substr(4, target_end - 4);
-  const std::string prefix = "/download/storage/v1/b/";
+  const std::string target = line.substr(sp + 1, target_end - sp - 1);
+  const bool get = r->method == "GET";
+  const std::string prefix = get ? "/download/storage/v1/b/" : "/upload/storage/v1/b/";
+  if (!get && r->method != "POST" && r->method != "PUT") return false;
   if (target.rfind(prefix, 0) != 0) return false;
-  const size_t o = target.find("/o/", prefix.size());
+  const size_t q = target.find('?');
+  const std::string query = q == std::string::npos ? "" : target.substr(q + 1);
+  const size_t o = target.find("/o", prefix.size());
   if (o == std::string::npos) return false;
-  const size_t q = target.find('?', o);
   r->bucket = PercentDecode(target.substr(prefix.size(), o - prefix.size()));
-  r->object = PercentDecode(target.substr(o + 3, q == std::string::npos ? q : q - o - 3));
-  if (q != std::string::npos) {
-    const std::string query = "&" + target.substr(q + 1);
-    const size_t g = query.find("&generation=");
-    if (g != std::string::npos) r->generation = std::stoll(query.substr(g + 12));
+  if (get) {
+    if (target.compare(o, 3, "/o/") != 0) return false;
+    r->object = PercentDecode(target.substr(o + 3, q == std::string::npos ? q : q - o - 3));
+    const std::string g = QueryParam(query, "generation");
+    if (!g.empty()) r->generation = std::stoll(g);
+    r->kind = "media";
+  } else {
+    if (QueryParam(query, "uploadType") != "resumable") return false;
+    r->object = QueryParam(query, "name");
+    const std::string g = QueryParam(query, "ifGenerationMatch");
+    if (!g.empty()) r->if_generation_match = std::stoll(g);
+    r->upload_id = QueryParam(query, "upload_id");
+    if (r->method == "POST") {
+      r->kind = "upload_start";
+    } else if (r->upload_id.empty()) {
+      return false;
+    }
   }
   size_t pos = line_end + 2;
   while (pos < head.size()) {
@@ -82,7 +112,7 @@ bool ParseRequest(const std::string& head, FakeGcsServer::Request* r) {
     const std::string name = Lower(header.substr(0, colon));
     std::string value = header.substr(colon + 1);
     value.erase(0, value.find_first_not_of(' '));
-    if (name == "range") {
+    if (name == "range" && get) {
       r->range = value;
       const size_t dash = value.find('-');
       if (value.rfind("bytes=", 0) != 0 || dash == std::string::npos) return false;
@@ -90,9 +120,17 @@ bool ParseRequest(const std::string& head, FakeGcsServer::Request* r) {
       r->last = std::stoull(value.substr(dash + 1));
     } else if (name == "authorization") {
       r->authorization = value;
+    } else if (name == "content-range") {
+      r->content_range = value;
+    } else if (name == "content-length") {
+      r->body_bytes = std::stoull(value);
     }
   }
-  return !r->range.empty();
+  if (r->method == "PUT") {
+    if (r->content_range.rfind("bytes ", 0) != 0) return false;
+    r->kind = r->content_range.rfind("bytes */", 0) == 0 ? "upload_query" : "upload_chunk";
+  }
+  return !get || !r->range.empty();
 }
 
 std::string StatusHead(int status, size_t content_length) {
@@ -224,6 +262,17 @@ void FakeGcsServer::Serve(int fd) {
       SendAll(fd, StatusHead(400, 0));
       break;
     }
+    while (buffer.size() < request.body_bytes) {
+      const ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
+      if (n <= 0) {
+        open = false;
+        break;
+      }
+      buffer.append(chunk, static_cast<size_t>(n));
+    }
+    if (!open) break;
+    const std::string body = buffer.substr(0, request.body_bytes);
+    buffer.erase(0, request.body_bytes);
     Reply reply;
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -240,13 +289,104 @@ void FakeGcsServer::Serve(int fd) {
       cv_.notify_all();
       if (script_) reply = script_(request);
     }
-    open = Answer(fd, request, reply);
+    open = request.kind == "media" ? Answer(fd, request, reply)
+                                   : AnswerUpload(fd, request, reply, body);
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     connections_.erase(fd);
   }
   close(fd);
+}
+
+bool FakeGcsServer::Get(const std::string& bucket, const std::string& object, std::string* data,
+                        int64_t* generation) const {
+  bool found = false;
+  *data = ObjectBytes(bucket, object, &found, generation);
+  return found;
+}
+
+bool FakeGcsServer::AnswerUpload(int fd, const Request& request, const Reply& reply,
+                                 const std::string& body) {
+  if (reply.action == Action::kStatus) {
+    return SendAll(fd, StatusHead(reply.status, reply.body.size()) + reply.body);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  auto generation_of = [this](const std::string& bucket, const std::string& object) {
+    auto it = objects_.find({bucket, object});
+    return it == objects_.end() ? int64_t{0} : it->second.second;
+  };
+  auto precondition_failed = [&](const Session& s) {
+    return s.if_generation_match >= 0 && generation_of(s.bucket, s.object) != s.if_generation_match;
+  };
+  const std::string failed412 = R"({"error": {"code": 412, "message": "conditionNotMet"}})";
+  if (request.kind == "upload_start") {
+    Session s;
+    s.bucket = request.bucket;
+    s.object = request.object;
+    s.if_generation_match = request.if_generation_match;
+    if (precondition_failed(s)) {
+      lock.unlock();
+      return SendAll(fd, StatusHead(412, failed412.size()) + failed412);
+    }
+    const std::string id = "s" + std::to_string(next_session_++);
+    sessions_[id] = std::move(s);
+    lock.unlock();
+    return SendAll(fd, "HTTP/1.1 200 OK\r\nLocation: " + endpoint() + "/upload/storage/v1/b/" +
+                           request.bucket + "/o?uploadType=resumable&upload_id=" + id +
+                           "\r\nContent-Length: 0\r\n\r\n");
+  }
+  auto it = sessions_.find(request.upload_id);
+  if (it == sessions_.end() || reply.action == Action::kExpireSession) {
+    if (it != sessions_.end()) sessions_.erase(it);
+    lock.unlock();
+    const int status = reply.action == Action::kExpireSession ? reply.status : 404;
+    return SendAll(fd, StatusHead(status, 0));
+  }
+  Session& s = it->second;
+  const std::string cr = request.content_range.substr(6);  // after "bytes "
+  const size_t slash = cr.find('/');
+  s.total = std::stoull(cr.substr(slash + 1));
+  if (request.kind == "upload_chunk" && !s.finished) {
+    const size_t dash = cr.find('-');
+    const uint64_t first = std::stoull(cr.substr(0, dash));
+    if (first > s.data.size()) {
+      lock.unlock();
+      return SendAll(fd, StatusHead(400, 0));
+    }
+    uint64_t keep = body.size();
+    if (reply.action == Action::kKeepPartAndReset)
+      keep = std::min<uint64_t>(keep, reply.body_bytes);
+    if (first + keep > s.data.size())
+      s.data += body.substr(s.data.size() - first, first + keep - s.data.size());
+    if (reply.action == Action::kKeepPartAndReset) return false;  // close without an answer
+  }
+  if (!s.finished && s.data.size() == s.total) {  // complete (a query completes an empty one)
+    if (precondition_failed(s)) {
+      sessions_.erase(it);
+      lock.unlock();
+      return SendAll(fd, StatusHead(412, failed412.size()) + failed412);
+    }
+    const int64_t generation = next_generation_++;
+    uint32_t crc = Crc32c(s.data.data(), s.data.size());
+    if (reply.action == Action::kWrongCrc32c) crc ^= 0x1;
+    objects_[{s.bucket, s.object}] = {s.data, generation};
+    s.finished = true;
+    s.resource = R"({"kind": "storage#object", "bucket": ")" + s.bucket + R"(", "name": ")" +
+                 s.object + R"(", "size": ")" + std::to_string(s.data.size()) +
+                 R"(", "generation": ")" + std::to_string(generation) + R"(", "crc32c": ")" +
+                 Crc32cBase64(crc) + R"("})";
+  }
+  if (s.finished) {
+    const std::string resource = s.resource;
+    lock.unlock();
+    return SendAll(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                           std::to_string(resource.size()) + "\r\n\r\n" + resource);
+  }
+  const std::string range =
+      s.data.empty() ? "" : "Range: bytes=0-" + std::to_string(s.data.size() - 1) + "\r\n";
+  lock.unlock();
+  return SendAll(fd, "HTTP/1.1 308 Resume Incomplete\r\n" + range + "Content-Length: 0\r\n\r\n");
 }
 
 std::string FakeGcsServer::ObjectBytes(const std::string& bucket, const std::string& object,

@@ -1,6 +1,10 @@
 // Test-only GCS media endpoint on 127.0.0.1: serves ranged GETs of in-memory objects at
-// /download/storage/v1/b/{bucket}/o/{object}?alt=media over HTTP/1.1 keep-alive, answers each
-// request as a test script says (serve, status, short body, hang), can hold answers until a
+// /download/storage/v1/b/{bucket}/o/{object}?alt=media and resumable uploads
+// (POST /upload/storage/v1/b/{bucket}/o?uploadType=resumable&name=..., PUT chunks and status
+// queries to the session URL, 308 + Range, the final object resource with size, generation and
+// crc32c; ifGenerationMatch honoured) over HTTP/1.1 keep-alive, answers each request as a test
+// script says (serve, status, short body, hang; for uploads also: keep part of a chunk and
+// drop the connection, report a wrong crc32c, expire the session), can hold answers until a
 // number of requests wait at once, and records every request it saw.
 //
 // Why our own (~250 lines of POSIX sockets): the engine tests need to see how many requests
@@ -33,6 +37,13 @@ class FakeGcsServer {
     uint64_t first = 0;         // parsed from `range`
     uint64_t last = 0;          // inclusive
     std::string authorization;  // Authorization header value, "" if absent
+    // Uploads.
+    std::string method;         // "GET", "POST", "PUT"
+    std::string kind;           // "media", "upload_start", "upload_chunk", "upload_query"
+    std::string upload_id;      // the session of a PUT
+    std::string content_range;  // Content-Range of a PUT, e.g. "bytes 0-99/300", "bytes */300"
+    uint64_t body_bytes = 0;    // request body length
+    int64_t if_generation_match = -1;  // -1 if absent
   };
 
   enum class Action {
@@ -40,6 +51,10 @@ class FakeGcsServer {
     kStatus,     // `status` with `body`
     kShortBody,  // 206 headers for the whole range, `body_bytes` of it, then close
     kHang,       // 206 headers and `body_bytes` of the range, then wait for ReleaseHung()
+    // Uploads (PUT to a session):
+    kKeepPartAndReset,  // keep the chunk's first `body_bytes` bytes, close without answering
+    kWrongCrc32c,       // complete as usual, but the object resource names another crc32c
+    kExpireSession,     // forget the session and answer `status` (404 or 410)
   };
   struct Reply {
     Action action = Action::kServe;
@@ -59,6 +74,9 @@ class FakeGcsServer {
   // Stores an object; answers carry x-goog-generation `generation`.
   void Put(const std::string& bucket, const std::string& object, std::string data,
            int64_t generation = 1);
+  // An object's bytes and generation (false if absent), e.g. after an upload.
+  bool Get(const std::string& bucket, const std::string& object, std::string* data,
+           int64_t* generation) const;
   // Decides each request's answer (default: always kServe).
   void SetScript(Script script);
   // Holds every answer until `n` requests wait at once, then answers all and holds no more.
@@ -82,6 +100,16 @@ class FakeGcsServer {
   bool Answer(int fd, const Request& request, const Reply& reply);
   std::string ObjectBytes(const std::string& bucket, const std::string& object, bool* found,
                           int64_t* generation) const;
+  bool AnswerUpload(int fd, const Request& request, const Reply& reply, const std::string& body);
+
+  struct Session {
+    std::string bucket, object;
+    uint64_t total = 0;
+    std::string data;  // committed bytes
+    int64_t if_generation_match = -1;
+    bool finished = false;
+    std::string resource;  // the object resource once finished
+  };
 
   int listen_fd_ = -1;
   int port_ = 0;
@@ -99,6 +127,9 @@ class FakeGcsServer {
   bool hung_released_ = false;
   int hung_ended_ = 0;
   std::set<int> connections_;
+  std::map<std::string, Session> sessions_;
+  int next_session_ = 0;
+  int64_t next_generation_ = 1000;
   std::vector<std::thread> handlers_;
 };
 

@@ -1,6 +1,7 @@
-// pybind11 module `_gcsio`: the C++ range reader as seen from Python. gcsckpt.io wraps it with
-// the public API (RangeReader, ReadHandle, RangeReadError); this layer only converts types and
-// releases the GIL around every wait.
+// pybind11 module `_gcsio`: the C++ range reader and uploader as seen from Python. gcsckpt.io
+// wraps them with the public API (RangeReader, ReadHandle, RangeReadError; Uploader,
+// UploadHandle, UploadError); this layer only converts types and releases the GIL around every
+// wait and every checksum.
 #include <curl/curl.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -12,10 +13,12 @@
 #include <tuple>
 #include <vector>
 
+#include "cc/gcsio/crc32c.h"
 #include "cc/gcsio/defaults.h"
 #include "cc/gcsio/engine.h"
 #include "cc/gcsio/py_requests.h"
 #include "cc/gcsio/py_token_source.h"
+#include "cc/gcsio/uploader.h"
 #include "cc/gcsio/url.h"
 
 namespace py = pybind11;
@@ -204,6 +207,166 @@ class PyReader {
   std::shared_ptr<Engine> engine_;
 };
 
+// A read-only, C-contiguous view of a Python buffer, released with the GIL held.
+class HeldReadBuffer {
+ public:
+  explicit HeldReadBuffer(const py::object& obj) {
+    if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_C_CONTIGUOUS) != 0) {
+      throw py::error_already_set();
+    }
+  }
+  ~HeldReadBuffer() {
+    py::gil_scoped_acquire gil;
+    PyBuffer_Release(&view_);
+  }
+  HeldReadBuffer(const HeldReadBuffer&) = delete;
+  HeldReadBuffer& operator=(const HeldReadBuffer&) = delete;
+  const uint8_t* data() const { return static_cast<const uint8_t*>(view_.buf); }
+  uint64_t size() const { return static_cast<uint64_t>(view_.len); }
+
+ private:
+  Py_buffer view_;
+};
+
+// One upload: holds the caller's buffer until the upload has finished.
+class PyUpload {
+ public:
+  PyUpload(std::shared_ptr<Uploader> uploader, std::shared_ptr<Upload> upload,
+           std::unique_ptr<HeldReadBuffer> view)
+      : uploader_(std::move(uploader)), upload_(std::move(upload)), view_(std::move(view)) {}
+
+  ~PyUpload() {
+    {
+      py::gil_scoped_release release;
+      uploader_->Cancel(upload_);  // no-op for a finished upload
+      uploader_.reset();
+      view_.reset();  // takes the GIL itself
+    }
+  }
+
+  // Blocks until finished (True) or `timeout_s` passed (False); Ctrl-C cancels and raises.
+  bool Wait(std::optional<double> timeout_s) {
+    const double limit = timeout_s.value_or(-1);
+    double waited = 0;
+    while (true) {
+      const double slice = limit < 0 ? kWaitSlice_s : std::min(kWaitSlice_s, limit - waited);
+      bool finished;
+      {
+        py::gil_scoped_release release;
+        finished = upload_->WaitFor(std::max(slice, 0.0));
+      }
+      if (finished) break;
+      waited += slice;
+      if (PyErr_CheckSignals() != 0) {
+        py::error_already_set err;
+        Cancel();
+        throw err;
+      }
+      if (limit >= 0 && waited >= limit) return false;
+    }
+    Release();
+    return true;
+  }
+
+  bool Done() const { return upload_->Finished(); }
+
+  void Cancel() {
+    {
+      py::gil_scoped_release release;
+      uploader_->Cancel(upload_);
+      view_.reset();
+    }
+  }
+
+  // {"ok", "generation", "size", "crc32c", "requests", "attempts", "retries", "status_queries",
+  //  "restarts", "resent_bytes", "committed", "status", "cause", "error"}
+  py::dict Result() const {
+    const UploadResult r = upload_->Result();
+    py::dict d;
+    d["ok"] = r.ok;
+    d["generation"] = r.generation;
+    d["size"] = r.size;
+    d["crc32c"] = r.crc32c;
+    d["requests"] = r.requests;
+    d["attempts"] = r.attempts;
+    d["retries"] = r.retries;
+    d["status_queries"] = r.status_queries;
+    d["restarts"] = r.restarts;
+    d["resent_bytes"] = r.resent_bytes;
+    d["committed"] = r.committed;
+    d["status"] = r.status;
+    d["cause"] = r.cause;
+    d["error"] = r.error;
+    return d;
+  }
+
+ private:
+  void Release() {
+    py::gil_scoped_release release;
+    view_.reset();
+  }
+
+  std::shared_ptr<Uploader> uploader_;
+  std::shared_ptr<Upload> upload_;
+  std::unique_ptr<HeldReadBuffer> view_;
+};
+
+class PyUploader {
+ public:
+  PyUploader(const UploaderOptions& options, const py::object& token_source)
+      : uploader_(std::make_shared<Uploader>(options, MakePyTokenSource(token_source))) {}
+
+  ~PyUploader() {
+    py::gil_scoped_release release;
+    uploader_.reset();
+  }
+
+  std::unique_ptr<PyUpload> Submit(const std::string& bucket, const std::string& object,
+                                   const py::object& data, int64_t if_generation_match) {
+    if (!uploader_) throw std::runtime_error("Uploader is closed");
+    auto view = std::make_unique<HeldReadBuffer>(data);
+    UploadSpec spec;
+    spec.bucket = bucket;
+    spec.object = object;
+    spec.data = view->data();
+    spec.size = view->size();
+    spec.if_generation_match = if_generation_match;
+    std::shared_ptr<Upload> upload;
+    {
+      py::gil_scoped_release release;  // the checksum and a token refresh run without the GIL
+      upload = uploader_->Submit(std::move(spec));
+    }
+    return std::make_unique<PyUpload>(uploader_, std::move(upload), std::move(view));
+  }
+
+  py::dict Stats() const {
+    if (!uploader_) throw std::runtime_error("Uploader is closed");
+    const UploadStatsSnapshot s = uploader_->Stats();
+    py::dict d;
+    d["requests"] = s.requests;
+    d["bytes_sent"] = s.bytes_sent;
+    d["uploads_done"] = s.uploads_done;
+    d["failures"] = s.failures;
+    d["retries"] = s.retries;
+    d["retries_by_cause"] = s.retries_by_cause;
+    d["status_queries"] = s.status_queries;
+    d["restarts"] = s.restarts;
+    d["connections_opened"] = s.connections_opened;
+    return d;
+  }
+
+  void Close() {
+    std::shared_ptr<Uploader> u = std::move(uploader_);
+    py::gil_scoped_release release;
+    u.reset();
+  }
+
+  bool closed() const { return uploader_ == nullptr; }
+
+ private:
+  std::shared_ptr<Uploader> uploader_;
+};
+
 }  // namespace
 }  // namespace gcsio
 
@@ -233,8 +396,62 @@ PYBIND11_MODULE(_gcsio, m) {
   defaults["max_backoff_s"] = d::kMaxBackoffS;
   defaults["deadline_s"] = d::kRetryDeadlineS;
   defaults["token_refresh_margin_s"] = d::kTokenRefreshMarginS;
+  defaults["max_inflight_uploads"] = d::kMaxInflightUploads;
+  defaults["upload_inflight_bytes"] = d::kUploadInflightBytes;
+  defaults["upload_chunk_bytes"] = d::kUploadChunkBytes;
+  defaults["upload_object_bytes"] = d::kUploadObjectBytes;
+  defaults["upload_staging_bytes"] = d::kUploadStagingBytes;
   defaults["token_unknown_ttl_s"] = d::kTokenUnknownTtlS;
   m.attr("DEFAULTS") = defaults;
+
+  m.def(
+      "crc32c",
+      [](const py::object& data, uint32_t value) {
+        gcsio::HeldReadBuffer view(data);
+        py::gil_scoped_release release;
+        return gcsio::Crc32c(view.data(), view.size(), value);
+      },
+      py::arg("data"), py::arg("value") = 0,
+      "CRC-32C of a C-contiguous buffer, continuing from `value` (SSE4.2 or table; GIL "
+      "released).");
+  m.def("crc32c_hardware", &gcsio::Crc32cHardware,
+        "True when crc32c uses the SSE4.2 crc32 instruction on this CPU.");
+
+  py::class_<gcsio::PyUpload>(m, "Upload")
+      .def("wait", &gcsio::PyUpload::Wait, py::arg("timeout_s") = py::none())
+      .def("done", &gcsio::PyUpload::Done)
+      .def("cancel", &gcsio::PyUpload::Cancel)
+      .def("result", &gcsio::PyUpload::Result);
+
+  py::class_<gcsio::PyUploader>(m, "Uploader")
+      .def(py::init([](const std::string& endpoint, int max_inflight_requests,
+                       uint64_t max_inflight_bytes, uint64_t chunk_bytes, int max_attempts,
+                       double initial_backoff_s, double max_backoff_s, double deadline_s,
+                       double connect_timeout_s, double stall_timeout_s,
+                       const py::object& token_source, const std::string& credential_description) {
+             gcsio::UploaderOptions o;
+             o.endpoint = gcsio::NormalizeEndpoint(endpoint);
+             o.max_inflight_requests = max_inflight_requests;
+             o.max_inflight_bytes = max_inflight_bytes;
+             o.chunk_bytes = chunk_bytes;
+             o.retry.max_attempts = max_attempts;
+             o.retry.initial_backoff_s = initial_backoff_s;
+             o.retry.max_backoff_s = max_backoff_s;
+             o.retry.deadline_s = deadline_s;
+             o.connect_timeout_s = connect_timeout_s;
+             o.stall_timeout_s = stall_timeout_s;
+             o.credential_description = credential_description;
+             return std::make_unique<gcsio::PyUploader>(o, token_source);
+           }),
+           py::arg("endpoint"), py::arg("max_inflight_requests"), py::arg("max_inflight_bytes"),
+           py::arg("chunk_bytes"), py::arg("max_attempts"), py::arg("initial_backoff_s"),
+           py::arg("max_backoff_s"), py::arg("deadline_s"), py::arg("connect_timeout_s"),
+           py::arg("stall_timeout_s"), py::arg("token_source"), py::arg("credential_description"))
+      .def("submit", &gcsio::PyUploader::Submit, py::arg("bucket"), py::arg("object"),
+           py::arg("data"), py::arg("if_generation_match") = -1)
+      .def("stats", &gcsio::PyUploader::Stats)
+      .def("close", &gcsio::PyUploader::Close)
+      .def_property_readonly("closed", &gcsio::PyUploader::closed);
 
   py::class_<PyBatch>(m, "Batch")
       .def("next_completed", &PyBatch::NextCompleted, py::arg("timeout_s") = py::none())

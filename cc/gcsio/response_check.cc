@@ -187,6 +187,10 @@ Outcome TransportOutcome(int curl_code, std::string_view detail) {
       return Make(Verdict::kRetry, "connection_reset", 0, "connection broken: " + text);
     case CURLE_GOT_NOTHING:
       return Make(Verdict::kRetry, "connection_reset", 0, "empty reply: " + text);
+    case CURLE_SEND_FAIL_REWIND:
+      // A reused connection died before any answer; libcurl would resend the body on a new
+      // one, which uploads refuse: the retry asks the session what it kept first.
+      return Make(Verdict::kRetry, "connection_reset", 0, "connection broken: " + text);
     case CURLE_OPERATION_TIMEDOUT:
       return Make(Verdict::kRetry, "timeout", 0, "timed out: " + text);
     case CURLE_PARTIAL_FILE:

@@ -68,6 +68,7 @@ TEST(ResponseCheckTest, ClassifiesTransportErrors) {
   EXPECT_EQ(TransportOutcome(CURLE_RECV_ERROR, "").cause, std::string("connection_reset"));
   EXPECT_EQ(TransportOutcome(CURLE_SEND_ERROR, "").cause, std::string("connection_reset"));
   EXPECT_EQ(TransportOutcome(CURLE_GOT_NOTHING, "").cause, std::string("connection_reset"));
+  EXPECT_EQ(TransportOutcome(CURLE_SEND_FAIL_REWIND, "").cause, std::string("connection_reset"));
   EXPECT_EQ(TransportOutcome(CURLE_PARTIAL_FILE, "").cause, std::string("short_body"));
   EXPECT_EQ(TransportOutcome(CURLE_OPERATION_TIMEDOUT, "").cause, std::string("timeout"));
   EXPECT_TRUE(TransportOutcome(CURLE_PARTIAL_FILE, "x").verdict == Verdict::kRetry);

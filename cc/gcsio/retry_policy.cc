@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 namespace gcsio {
@@ -41,6 +42,19 @@ double BackoffSeconds(const RetryPolicy& policy, int attempts_made, std::mt19937
 
 bool MayRetry(const RetryPolicy& policy, int attempts_made, double elapsed_s, double backoff_s) {
   return attempts_made < policy.max_attempts && elapsed_s + backoff_s <= policy.deadline_s;
+}
+
+RetryDecision DecideRetry(const RetryPolicy& policy, int attempts_made, double elapsed_s,
+                          std::mt19937_64& rng) {
+  RetryDecision d;
+  d.backoff_s = BackoffSeconds(policy, attempts_made, rng);
+  d.retry = MayRetry(policy, attempts_made, elapsed_s, d.backoff_s);
+  if (!d.retry && attempts_made < policy.max_attempts) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), " (retry deadline of %.1f s reached)", policy.deadline_s);
+    d.why_not = buf;
+  }
+  return d;
 }
 
 }  // namespace gcsio

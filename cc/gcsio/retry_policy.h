@@ -33,6 +33,17 @@ double BackoffSeconds(const RetryPolicy& policy, int attempts_made, std::mt19937
 // `elapsed_s` counts from the fetch's first attempt; `backoff_s` is the wait before the next one.
 bool MayRetry(const RetryPolicy& policy, int attempts_made, double elapsed_s, double backoff_s);
 
+// The decision after a failed attempt that may be retried, shared by every C++ request (ranged
+// GETs in Engine::Worker::Judge, upload requests in Uploader's Judge), so both languages and both
+// directions retry by one policy.
+struct RetryDecision {
+  bool retry = false;
+  double backoff_s = 0;  // wait before the next attempt (when retry)
+  std::string why_not;   // when !retry: "" (attempts used up) or "(retry deadline of N s reached)"
+};
+RetryDecision DecideRetry(const RetryPolicy& policy, int attempts_made, double elapsed_s,
+                          std::mt19937_64& rng);
+
 }  // namespace gcsio
 
 #endif  // CC_GCSIO_RETRY_POLICY_H_

@@ -68,5 +68,24 @@ TEST(RetryPolicyTest, ValidateNamesBadFields) {
   EXPECT_THROW(d.Validate(), std::invalid_argument);
 }
 
+TEST(RetryPolicyTest, DecideRetrySaysWhyItStops) {
+  RetryPolicy p;
+  p.max_attempts = 3;
+  p.initial_backoff_s = 0.5;
+  p.max_backoff_s = 0.5;
+  p.deadline_s = 10;
+  std::mt19937_64 rng(5);
+  RetryDecision d = DecideRetry(p, 1, 0.0, rng);
+  EXPECT_TRUE(d.retry);
+  EXPECT_TRUE(d.backoff_s >= 0 && d.backoff_s <= 0.5);
+  EXPECT_EQ(d.why_not, "");
+  d = DecideRetry(p, 3, 0.0, rng);  // attempts used up
+  EXPECT_FALSE(d.retry);
+  EXPECT_EQ(d.why_not, "");
+  d = DecideRetry(p, 1, 10.5, rng);  // the deadline has passed
+  EXPECT_FALSE(d.retry);
+  EXPECT_EQ(d.why_not, " (retry deadline of 10.0 s reached)");
+}
+
 }  // namespace
 }  // namespace gcsio

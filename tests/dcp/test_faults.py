@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import socket
 
+import google_crc32c
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
@@ -124,6 +125,53 @@ def test_upload_faults_are_retried(gcs):
         dcp.save(_state(), storage_writer=writer)
         assert proxy.injected_per_fault[1] == 1 and proxy.injected_per_fault[0] >= 1
     state, _ = _load(gcs.endpoint, url=f"gs://{BUCKET}/retried")
+    assert _exact(state)
+
+
+def test_data_upload_resumes_after_a_refused_chunk(gcs):
+    # 256 KiB chunks: the ~2 MiB data object goes up in 9 PUTs; the second one is refused, so
+    # the uploader asks the session for its offset and sends from there.
+    fault = Fault(
+        kind="status", status=503, nth=3, media_only=False, object_glob="resumed/__0_*.distcp"
+    )
+    with FaultProxy(gcs.endpoint, [fault]) as proxy:
+        writer = GCSStorageWriter(
+            f"gs://{BUCKET}/resumed", endpoint=proxy.endpoint, thread_count=1, chunk_bytes=256 << 10
+        )
+        dcp.save(_state(), storage_writer=writer)
+        assert proxy.injected_per_fault == [1]
+    (upload,) = writer.uploads
+    assert upload.retries == 1 and upload.status_queries == 1 and upload.restarts == 0
+    assert upload.resent_bytes == 256 << 10
+    stored = gcs.get(BUCKET, upload.object)
+    assert upload.crc32c == int.from_bytes(google_crc32c.Checksum(stored).digest(), "big")
+    state, _ = _load(gcs.endpoint, url=f"gs://{BUCKET}/resumed")
+    assert _exact(state)
+
+
+def test_data_upload_reset_after_its_last_chunk_is_uploaded_again(gcs):
+    writer = GCSStorageWriter(
+        f"gs://{BUCKET}/reset-ref", endpoint=gcs.endpoint, thread_count=1, chunk_bytes=256 << 10
+    )
+    dcp.save(_state(), storage_writer=writer)
+    last = 1 + -(-writer.uploads[0].size // (256 << 10))  # the start, then one PUT per chunk
+    fault = Fault(
+        kind="reset_mid_body",
+        nth=last,
+        after_bytes=10,
+        media_only=False,
+        object_glob="reset/__0_*.distcp",
+    )
+    with FaultProxy(gcs.endpoint, [fault]) as proxy:
+        writer = GCSStorageWriter(
+            f"gs://{BUCKET}/reset", endpoint=proxy.endpoint, thread_count=1, chunk_bytes=256 << 10
+        )
+        dcp.save(_state(), storage_writer=writer)
+        assert proxy.counts["reset_mid_body"] == 1
+    (upload,) = writer.uploads
+    # The emulator forgot the finished session (404 to the status query): a new session.
+    assert upload.status_queries == 1 and upload.restarts == 1
+    state, _ = _load(gcs.endpoint, url=f"gs://{BUCKET}/reset")
     assert _exact(state)
 
 

@@ -17,7 +17,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.filesystem import SerializationFormat, _StorageInfo
 from torch.distributed.checkpoint.metadata import Metadata
 
-from gcsckpt.dcp import UnsafeMetadataError
+from gcsckpt.dcp import GCSStorageWriter, UnsafeMetadataError
 from gcsckpt.dcp.load.fetch import ALIGN, Fetch, FetchKind
 from gcsckpt.dcp.load.plan import make_windows
 from gcsckpt.dcp.load.regions import contiguous_region
@@ -461,3 +461,15 @@ def test_planner_loads_like_the_default_planner(tmp_path):
         results.append(target)
     assert results[0]["opt"] == results[1]["opt"] == state["opt"]
     assert torch.equal(results[1]["w"], state["w"])
+
+
+def test_writer_upload_defaults_come_from_the_one_table():
+    from gcsckpt.io import defaults
+
+    writer = GCSStorageWriter("gs://bkt/p")
+    assert (writer.object_bytes, writer.staging_bytes, writer.chunk_bytes) == (
+        defaults.UPLOAD_OBJECT_BYTES,
+        defaults.UPLOAD_STAGING_BYTES,
+        defaults.UPLOAD_CHUNK_BYTES,
+    )
+    assert writer.max_inflight_uploads == defaults.MAX_INFLIGHT_UPLOADS

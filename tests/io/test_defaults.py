@@ -8,7 +8,7 @@ import os
 
 import _gcsio
 
-from gcsckpt.io import RangeReader, RetryPolicy, auth, defaults
+from gcsckpt.io import RangeReader, RetryPolicy, Uploader, auth, defaults
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -60,3 +60,21 @@ def test_reader_and_retry_policy_default_to_the_table():
         defaults.MAX_BACKOFF_S,
         defaults.RETRY_DEADLINE_S,
     )
+
+
+def test_upload_defaults_come_from_the_cc_table():
+    table = _gcsio.DEFAULTS
+    assert defaults.MAX_INFLIGHT_UPLOADS == table["max_inflight_uploads"] == 16
+    assert defaults.UPLOAD_INFLIGHT_BYTES == table["upload_inflight_bytes"] == GiB
+    assert defaults.UPLOAD_CHUNK_BYTES == table["upload_chunk_bytes"] == 64 * MiB
+    assert defaults.UPLOAD_OBJECT_BYTES == table["upload_object_bytes"] == 16 * MiB
+    assert defaults.UPLOAD_STAGING_BYTES == table["upload_staging_bytes"] == 256 * MiB
+    with Uploader("http://127.0.0.1:1", send_token=False) as uploader:
+        assert uploader.options == {
+            "max_inflight_requests": defaults.MAX_INFLIGHT_UPLOADS,
+            "max_inflight_bytes": defaults.UPLOAD_INFLIGHT_BYTES,
+            "chunk_bytes": defaults.UPLOAD_CHUNK_BYTES,
+            "connect_timeout_s": defaults.CONNECT_TIMEOUT_S,
+            "stall_timeout_s": defaults.STALL_TIMEOUT_S,
+        }
+        assert uploader.retry == RetryPolicy()

@@ -5,9 +5,12 @@ the items into objects (`_split_by_size_and_type`), serializes each (`_write_ite
 bytes, `torch.save` archives or one safetensors blob, through the write-side stream transforms
 given as `_extensions`, e.g. torch's ZStandard) and records `_StorageInfo(relative_path, offset,
 length, transform_descriptors)`; so stock FileSystemReader/FsspecReader and GCSStorageReader read
-what it writes. Ours: the objects (`GCSObjectFiles`: each object is streamed to GCS, one request or
-a chunked resumable upload, and appears atomically when complete), upload threads that fail the
-save when one fails (torch's lose a failing thread's results), and the commit.
+what it writes. Ours: the data objects go through `gcsckpt.dcp.upload_pipeline` (torch's
+serializer in one thread into staging buffers, bounded by `staging_bytes`; each finished buffer
+uploaded by the C++ `gcsckpt.io.Uploader`, many resumable uploads in flight, each checked by
+CRC-32C, size and generation; a rank's items are split into objects of about `object_bytes`),
+the first failure fails the save (torch's threads lose a failing thread's results), and the
+commit: `.metadata` through `ObjectStore` (google-cloud-storage).
 
 A save never touches another save's bytes: its data objects are named
 `__{rank}_{save}_{i}.distcp`, `save` being 16 hex digits of the coordinator's save_id (`.metadata`
@@ -26,12 +29,11 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
+import math
 import os
-import queue
 import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -43,7 +45,6 @@ from torch.distributed.checkpoint.filesystem import (
     _FileSystemWriter,
     _split_by_size_and_type,
     _StoragePrefix,
-    _write_files_from_queue,
 )
 from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
@@ -52,7 +53,11 @@ from torch.futures import Future
 
 from gcsckpt.dcp.metadata_codec import dump_metadata, load_metadata
 from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
+from gcsckpt.dcp.upload_pipeline import UploadPipeline, estimate_bytes
+from gcsckpt.io import defaults
 from gcsckpt.io.objects import ObjectStore, ObjectStoreError, store_options
+from gcsckpt.io.retry import RetryPolicy
+from gcsckpt.io.uploader import Uploader, UploadResult
 
 METADATA_NAME = ".metadata"
 # Tries to replace `.metadata` when overwriting while other saves keep replacing it.
@@ -125,16 +130,24 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             google-auth ADC; never used against an emulator endpoint.
         single_file_per_rank: True -> `thread_count` objects per rank (items balanced by size,
             torch's split); False -> one object per item.
-        thread_count: objects of one rank serialized and uploaded in parallel (default 4).
+        thread_count: the fewest objects a rank writes (default 4; more when its tensor bytes
+            exceed thread_count x object_bytes).
         overwrite: False (default) refuses to save where `.metadata` already exists (checked
             before writing, and again by the create-if-absent commit); True replaces it and then
             deletes the previous checkpoint's objects.
         serialization_format: SerializationFormat.TORCH_SAVE (default) or SAFETENSORS.
-        chunk_bytes: resumable-upload chunk (bytes, default 16 MiB); also the most a stream
-            buffers before sending. Smaller objects go up in one request.
+        chunk_bytes: longest PUT of a data object's resumable upload (bytes, a multiple of
+            256 KiB; default the table's UPLOAD_CHUNK_BYTES, 64 MiB); smaller objects go up in
+            one PUT.
         retry: a `gcsckpt.io.RetryPolicy` (None -> its defaults) for every request.
-        stall_timeout_s: an upload request with no progress for this long (seconds, default the
-            range reader's) is retried.
+        stall_timeout_s: a request with no progress for this long (seconds, default the range
+            reader's) is retried.
+        object_bytes: target tensor bytes per data object (default UPLOAD_OBJECT_BYTES,
+            16 MiB), so that a rank's save is many uploads in flight (an item is never split:
+            one larger than this is an object of its own size).
+        staging_bytes: serialized bytes a rank holds at once, not yet uploaded (default
+            UPLOAD_STAGING_BYTES, 256 MiB); the save's extra memory is about this much.
+        max_inflight_uploads: upload requests of a rank at once (default 16).
         _extensions: torch write-side stream transforms (`StreamTransformExtension`s, e.g.
             `torch.distributed.checkpoint._extension.ZStandard`) applied to every item, as
             torch's FileSystemWriter(_extensions=...) does; loading needs a reader that knows them
@@ -143,7 +156,9 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
 
     Raises (from the DCP calls): ValueError for a bad id; RuntimeError + FileExistsError
     (`CheckpointExistsError`, torch's "Checkpoint already exists" wording) when the checkpoint
-    exists and overwrite=False; ObjectStoreError when an upload fails for good.
+    exists and overwrite=False; `gcsckpt.io.UploadError` (names the object, the bytes committed
+    and the attempts) when a data upload fails for good; ObjectStoreError when `.metadata`'s
+    does.
     """
 
     def __init__(
@@ -156,13 +171,27 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         thread_count: int = 4,
         overwrite: bool = False,
         serialization_format: SerializationFormat = SerializationFormat.TORCH_SAVE,
-        chunk_bytes: int = 16 << 20,
+        chunk_bytes: int = defaults.UPLOAD_CHUNK_BYTES,
         retry=None,
         stall_timeout_s: float | None = None,
+        object_bytes: int = defaults.UPLOAD_OBJECT_BYTES,
+        staging_bytes: int = defaults.UPLOAD_STAGING_BYTES,
+        max_inflight_uploads: int = defaults.MAX_INFLIGHT_UPLOADS,
         _extensions: Sequence[StreamTransformExtension] | None = None,
     ) -> None:
         if thread_count < 1:
             raise ValueError(f"thread_count must be >= 1, got {thread_count}")
+        for name, value in (
+            ("object_bytes", object_bytes),
+            ("staging_bytes", staging_bytes),
+            ("max_inflight_uploads", max_inflight_uploads),
+        ):
+            if int(value) != value or value < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        if chunk_bytes < 1 or chunk_bytes % (256 << 10):
+            raise ValueError(
+                f"chunk_bytes must be a positive multiple of 256 KiB (262144), got {chunk_bytes!r}"
+            )
         serialization_format = SerializationFormat(serialization_format)
         if _extensions and serialization_format == SerializationFormat.SAFETENSORS:
             # torch writes the safetensors blob untransformed yet records the transforms on
@@ -185,8 +214,15 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         self.endpoint = endpoint
         self.token_provider = token_provider
         self.chunk_bytes = chunk_bytes
+        self.object_bytes = int(object_bytes)
+        self.staging_bytes = int(staging_bytes)
+        self.max_inflight_uploads = int(max_inflight_uploads)
+        self._retry = retry if retry is not None else RetryPolicy()
+        self._stall_timeout_s = stall_timeout_s
         self._store_options = store_options(retry, stall_timeout_s)
         self._store: ObjectStore | None = None
+        self._uploader: Uploader | None = None
+        self.uploads: list[UploadResult] = []  # this rank's data objects of the last save
         self.fs = GCSObjectFiles(self._object_store, chunk_bytes)
         self.location: CheckpointLocation | None = None
         self.path = ""
@@ -233,58 +269,50 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         ]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
-        """Serializes and uploads this rank's items, `thread_count` objects at a time (torch's
-        split and serialization; a group without items makes no object). On failure, deletes
-        the objects it wrote (best effort) and says so in a note on the error.
+        """Serializes and uploads this rank's items (torch's serialization; see
+        `gcsckpt.dcp.upload_pipeline`): objects of about `object_bytes` each, at least
+        `thread_count` of them (a group without items makes no object), many in flight through
+        the C++ uploader. On failure, deletes the objects it wrote (best effort) and says so in
+        a note on the error.
 
         Returns:
             a completed Future of one WriteResult per item (storage_data = _StorageInfo).
         """
         self._loc()
         prefix = plan.storage_data.prefix
-        if self.single_file_per_rank:
-            groups = _split_by_size_and_type(self.thread_count, plan.items)
-        else:
-            groups = [[item] for item in plan.items]
-        file_queue: queue.Queue = queue.Queue()
-        names = []
-        for i, group in enumerate(g for g in groups if g):
-            name = f"{prefix}{i}{DEFAULT_SUFFIX}"
-            names.append(name)
-            file_queue.put((self.fs.concat_path(self.path, name), name, group))
+        objects = []
+        for i, group in enumerate(g for g in self._groups(plan.items) if g):
+            objects.append((f"{prefix}{i}{DEFAULT_SUFFIX}", group))
         try:
-            return self._write_data(planner, file_queue)
+            return self._write_data(planner, objects)
         except BaseException as exc:
-            exc.add_note(self._discard(names))
+            exc.add_note(self._discard([name for name, _ in objects]))
             raise
 
-    def _write_data(self, planner: SavePlanner, file_queue: queue.Queue) -> Future:
-        # torch's own loop runs in `thread_count` threads, but a thread that fails loses its
-        # results silently; here the first failure fails the save.
-        results: queue.Queue = queue.Queue()
-        workers = max(1, min(self.thread_count, file_queue.qsize()))
+    def _groups(self, items: list) -> list[list]:
+        """The rank's items split into objects: one per item, or (single_file_per_rank) torch's
+        size-balanced split into max(thread_count, tensor bytes / object_bytes) objects."""
+        if not self.single_file_per_rank:
+            return [[item] for item in items]
+        wanted = math.ceil(estimate_bytes(items) / self.object_bytes)
+        bins = max(1, min(max(self.thread_count, wanted), len(items)))
+        return _split_by_size_and_type(bins, items)
+
+    def _write_data(self, planner: SavePlanner, objects: list) -> Future:
         if self.serialization_format == SerializationFormat.SAFETENSORS:
             planner = _ContiguousTensors(planner)
-
-        def drain() -> None:
-            _write_files_from_queue(
-                create_stream=self.fs.create_stream,
-                file_queue=file_queue,
-                result_queue=results,
-                planner=planner,
-                transforms=self.transforms,
-                inflight_threshhold=self.per_thread_copy_ahead,
-                use_fsync=False,
-                thread_count=self.thread_count,
-                serialization_format=self.serialization_format,
-            )
-
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for done in [pool.submit(drain) for _ in range(workers)]:
-                done.result()
-        written: list[WriteResult] = []
-        while not results.empty():
-            written += results.get_nowait()
+        loc = self._loc()
+        pipeline = UploadPipeline(
+            self._data_uploader(),
+            loc.bucket,
+            loc.object_name,
+            self.staging_bytes,
+            planner,
+            self.transforms,
+            self.serialization_format,
+            self.per_thread_copy_ahead,
+        )
+        written, self.uploads = pipeline.run(objects)
         future: Future[list[WriteResult]] = Future()
         future.set_result(written)
         return future
@@ -342,6 +370,22 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
                 **self._store_options,
             )
         return self._store
+
+    def _data_uploader(self) -> Uploader:
+        if self._uploader is None:
+            self._uploader = Uploader(
+                self.endpoint,
+                token_provider=self.token_provider,
+                chunk_bytes=self.chunk_bytes,
+                max_inflight_requests=self.max_inflight_uploads,
+                retry=self._retry,
+                **(
+                    {}
+                    if self._stall_timeout_s is None
+                    else {"stall_timeout_s": self._stall_timeout_s}
+                ),
+            )
+        return self._uploader
 
     def _save_tag(self) -> str:
         return uuid.UUID(self.save_id).hex[:16]

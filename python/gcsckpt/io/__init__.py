@@ -2,19 +2,29 @@
 
 ``RangeReader`` reads many byte ranges of many GCS objects into caller-owned memory with many
 ranged GETs in flight (libcurl, keep-alive, GIL released), retrying transient failures and
-checking every answer. See ``RangeReader`` for the behaviour and ``gcsckpt.io.defaults`` for
-how the default tuning was measured. ``ObjectStore`` (``gcsckpt.io.objects``, on
-google-cloud-storage) does the rest: whole small objects, create-if-absent, stat, list, delete
-and uploads. Both retry under one ``RetryPolicy``.
+checking every answer; ``Uploader`` (``gcsckpt.io.uploader``) writes objects from caller memory
+the same way, many resumable uploads in flight, each checked by CRC-32C. See ``RangeReader``
+for the behaviour and ``gcsckpt.io.defaults`` for how the default tuning was measured.
+``ObjectStore`` (``gcsckpt.io.objects``, on google-cloud-storage) does the rest: whole small
+objects (``.metadata``), create-if-absent, stat, list, delete and streamed uploads. All retry
+under one ``RetryPolicy``.
 """
 
 from gcsckpt.io.auth import GoogleAuthTokenProvider, default_token_provider
 from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
-from gcsckpt.io.errors import ObjectChangedError, ObjectNotFoundError, RangeReadError
+from gcsckpt.io.errors import (
+    ObjectChangedError,
+    ObjectNotFoundError,
+    RangeReadError,
+    UploadChecksumError,
+    UploadError,
+    UploadPreconditionError,
+)
 from gcsckpt.io.objects import ObjectInfo, ObjectStore, ObjectStoreError, StoredObject, UploadStream
 from gcsckpt.io.reader import RangeReader, ReadHandle
 from gcsckpt.io.records import RangeRequest
 from gcsckpt.io.retry import RetryPolicy
+from gcsckpt.io.uploader import Uploader, UploadHandle, UploadResult, crc32c
 
 __all__ = [
     "GoogleAuthTokenProvider",
@@ -29,7 +39,14 @@ __all__ = [
     "ReadHandle",
     "RetryPolicy",
     "StoredObject",
+    "UploadChecksumError",
+    "UploadError",
+    "UploadHandle",
+    "UploadPreconditionError",
+    "UploadResult",
     "UploadStream",
+    "Uploader",
+    "crc32c",
     "default_token_provider",
     "is_emulator_endpoint",
     "resolve_endpoint",

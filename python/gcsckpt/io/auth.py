@@ -89,6 +89,36 @@ def default_token_provider(scope: str = READ_ONLY_SCOPE) -> GoogleAuthTokenProvi
     return GoogleAuthTokenProvider(scope=scope)
 
 
+def engine_token_source(
+    endpoint: str, token_provider, send_token: bool | None, scope: str = READ_ONLY_SCOPE
+) -> tuple:
+    """What the C++ engines (range reader, uploader) take as credentials: ``(source,
+    description)``. ``source`` is None (send no token) or a callable returning a token or a
+    ``(token, expires_at_epoch_s)`` tuple; ``description`` names the credential in 401/403
+    errors, never the token.
+
+    Args:
+        endpoint: the resolved endpoint; ``send_token=None`` sends a token unless it is an
+            emulator (``is_emulator_endpoint``).
+        token_provider: a callable returning a token; None -> ADC with ``scope``.
+
+    Raises:
+        google.auth.exceptions.DefaultCredentialsError: a token is needed, none was given and
+            no ADC is configured.
+    """
+    from gcsckpt.io.endpoint import is_emulator_endpoint
+
+    if send_token is None:
+        send_token = not is_emulator_endpoint(endpoint)
+    if not send_token:
+        return None, "none (anonymous)"
+    provider = token_provider if token_provider is not None else default_token_provider(scope)
+    credential = getattr(provider, "description", None) or (
+        f"from token_provider {getattr(provider, '__qualname__', type(provider).__name__)}"
+    )
+    return getattr(provider, "token_with_expiry", provider), credential
+
+
 def token_provider_credentials(token_provider):
     """google-auth credentials that put ``token_provider()`` (a callable returning an OAuth2
     access token, str) into every request's Authorization header, so google-cloud-storage uses

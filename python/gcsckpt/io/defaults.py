@@ -1,4 +1,4 @@
-"""Default tuning of RangeReader, and the measurement behind each value.
+"""Default tuning of RangeReader and Uploader, and the measurement behind each value.
 
 The values live in one table shared with the C++ engine, ``cc/gcsio/defaults.h``, which the
 extension exports as ``_gcsio.DEFAULTS``; this module names them for Python (RangeReader,
@@ -42,6 +42,23 @@ single numbers move by +-25 %; the choices below held across repeated runs.
   modelled endpoint; two or four reached 1.9-2.2 GB/s (four gained nothing more on 2 cores).
 - ``RECV_BUFFER_BYTES = 256 KiB``: libcurl's receive buffer per request (its default is 16 KiB);
   fewer, larger write callbacks per byte.
+
+Uploads (Uploader, GCSStorageWriter), measured with ``tools/bazel run //bench:save_path --
+--state_mib=512 --rounds=3 --arms=uploader:16,uploader:32,uploader:64,objectstore`` (one process,
+512 MiB of float32 tensors, plain LocalGCS, rounds interleaved, load average 6.5-8.7):
+
+- ``UPLOAD_OBJECT_BYTES = 16 MiB``: ``dcp.save`` took 5.2-5.3 s with 16 MiB objects, 4.3-7.9 s
+  with 32 MiB and 5.1-7.6 s with 64 MiB (the previous ObjectStore path: 11.9-16.8 s); the
+  emulator's one upload thread (~100 MB/s) bounds all three, so the choice is the steadiest one,
+  and the one whose objects fill ``MAX_INFLIGHT_UPLOADS`` within the staging budget
+  (256 MiB / 16 MiB = 16): against GCS, where one stream carries ~200 MB/s, a rank's bandwidth
+  grows with the uploads it has in flight.
+- ``UPLOAD_STAGING_BYTES = 256 MiB``: serialized bytes a rank holds before they are uploaded;
+  the save's peak RSS rose 13-271 MiB above the RSS before it (target: state + 10 % + 256 MiB).
+- ``UPLOAD_CHUNK_BYTES = 64 MiB``: larger than an object, so an object is one PUT (a resumable
+  session start and one PUT each: 64 requests for 32 objects); a multiple of 256 KiB.
+- ``MAX_INFLIGHT_UPLOADS = 16``, ``UPLOAD_INFLIGHT_BYTES = 1 GiB``: requests at once and their
+  chunk bytes; the bytes are read from staging memory, so this bounds work, not memory.
 """
 
 from gcsckpt.io.extension import _gcsio
@@ -65,3 +82,11 @@ MAX_BACKOFF_S: float = _TABLE["max_backoff_s"]
 RETRY_DEADLINE_S: float = _TABLE["deadline_s"]
 
 TOKEN_REFRESH_MARGIN_S: float = _TABLE["token_refresh_margin_s"]
+
+# Uploads (Uploader, and GCSStorageWriter's split into objects); measurements in
+# gcsckpt.io.uploader's docstring.
+MAX_INFLIGHT_UPLOADS: int = _TABLE["max_inflight_uploads"]
+UPLOAD_INFLIGHT_BYTES: int = _TABLE["upload_inflight_bytes"]
+UPLOAD_CHUNK_BYTES: int = _TABLE["upload_chunk_bytes"]
+UPLOAD_OBJECT_BYTES: int = _TABLE["upload_object_bytes"]
+UPLOAD_STAGING_BYTES: int = _TABLE["upload_staging_bytes"]

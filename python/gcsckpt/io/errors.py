@@ -112,3 +112,50 @@ def make_error(failures: list[dict], total: int | None = None) -> RangeReadError
     if failures and all(f["status"] == 404 for f in failures):
         return ObjectNotFoundError(failures, total=total)
     return RangeReadError(failures, total=total)
+
+
+# Failure causes of an upload the C++ uploader reports (cc/gcsio/upload_response.h).
+PRECONDITION_FAILED = "precondition_failed"
+CRC32C_MISMATCH = "crc32c_mismatch"
+
+
+class UploadError(IOError):
+    """An upload failed for good (after retries), or was cancelled.
+
+    Attributes:
+        bucket, object: the object the upload was writing.
+        failure: the uploader's record: ``status`` (HTTP status int, or None when no answer
+            arrived), ``cause`` (e.g. ``http_503``, ``connection_reset``,
+            ``precondition_failed``, ``crc32c_mismatch``, ``cancelled``), ``error`` (names
+            ``gs://bucket/object``, the bytes committed / offset reached and the attempts;
+            never credentials), ``attempts`` (of the last request), ``requests``,
+            ``committed`` (bytes the server confirmed), ``retries``, ``status_queries``,
+            ``restarts``.
+
+    Every string in ``failure`` (and so str, repr, args, pickles) is redacted.
+    """
+
+    def __init__(self, bucket: str, object_name: str, failure: dict):
+        self.bucket = bucket
+        self.object = object_name
+        self.failure = redact_value(dict(failure))
+        super().__init__(failure_cause({**self.failure, "attempts": None}))
+
+    def __reduce__(self):
+        return (type(self), (self.bucket, self.object, self.failure))
+
+
+class UploadPreconditionError(UploadError, FileExistsError):
+    """HTTP 412: the upload's ``ifGenerationMatch`` did not hold (with 0: the object exists)."""
+
+
+class UploadChecksumError(UploadError):
+    """The server's crc32c of the uploaded object differs from the bytes sent (or is missing);
+    the message names the object, its generation and both checksums."""
+
+
+def make_upload_error(bucket: str, object_name: str, failure: dict) -> UploadError:
+    """The most specific UploadError for the uploader's ``failure`` record."""
+    cause = failure.get("cause")
+    cls = {PRECONDITION_FAILED: UploadPreconditionError, CRC32C_MISMATCH: UploadChecksumError}
+    return cls.get(cause, UploadError)(bucket, object_name, failure)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from gcsckpt.io import defaults
-from gcsckpt.io.auth import default_token_provider
+from gcsckpt.io.auth import engine_token_source
 from gcsckpt.io.buffers import as_writable_buffer
-from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
+from gcsckpt.io.endpoint import resolve_endpoint
 from gcsckpt.io.errors import RangeReadError, make_error
 from gcsckpt.io.extension import _gcsio
 from gcsckpt.io.records import RangeRequest
@@ -184,16 +184,7 @@ class RangeReader:
         if int(coalesce_gap_bytes) != coalesce_gap_bytes or coalesce_gap_bytes < 0:
             raise ValueError(f"coalesce_gap_bytes must be an int >= 0, got {coalesce_gap_bytes!r}")
         self.retry = retry
-        if send_token is None:
-            send_token = not is_emulator_endpoint(self.endpoint)
-        source = None
-        credential = "none (anonymous)"
-        if send_token:
-            provider = token_provider if token_provider is not None else default_token_provider()
-            credential = getattr(provider, "description", None) or (
-                f"from token_provider {getattr(provider, '__qualname__', type(provider).__name__)}"
-            )
-            source = getattr(provider, "token_with_expiry", provider)
+        source, credential = engine_token_source(self.endpoint, token_provider, send_token)
         self.credential_description = credential
         self._options = {
             "max_inflight_requests": int(max_inflight_requests),

@@ -1,0 +1,161 @@
+#include "cc/gcsio/upload_transfer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <stdexcept>
+#include <string_view>
+
+namespace gcsio {
+namespace {
+
+// Case-insensitive "name:" prefix match; returns the trimmed value.
+bool HeaderValue(std::string_view line, std::string_view name, std::string* value) {
+  if (line.size() <= name.size() || line[name.size()] != ':') return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(line[i])) != name[i]) return false;
+  }
+  std::string_view v = line.substr(name.size() + 1);
+  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.front()))) v.remove_prefix(1);
+  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.remove_suffix(1);
+  *value = std::string(v);
+  return true;
+}
+
+// The body of a session start: the object resource (the name also rides in the URL).
+constexpr char kStartBody[] = "{}";
+
+}  // namespace
+
+UploadTransfer::UploadTransfer() : easy_(curl_easy_init()) {
+  if (easy_ == nullptr) throw std::runtime_error("curl_easy_init failed");
+  errbuf_[0] = '\0';
+}
+
+UploadTransfer::~UploadTransfer() {
+  curl_easy_cleanup(easy_);
+  curl_slist_free_all(headers_);
+}
+
+void UploadTransfer::Begin(const UploadRequestSetup& setup) {
+  setup_ = setup;
+  answer_ = UploadAnswer();
+  read_pos_ = 0;
+  errbuf_[0] = '\0';
+  last_activity_ = std::chrono::steady_clock::now();
+  // A request of another kind may follow on the same handle: start from libcurl's defaults
+  // (the connection cache lives in the multi handle and survives).
+  curl_easy_reset(easy_);
+  curl_easy_setopt(easy_, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(easy_, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+  curl_easy_setopt(easy_, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(easy_, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(easy_, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(easy_, CURLOPT_USERAGENT, "gcsckpt-gcsio/1.0");
+  curl_easy_setopt(easy_, CURLOPT_ERRORBUFFER, errbuf_);
+  curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, &UploadTransfer::HeaderThunk);
+  curl_easy_setopt(easy_, CURLOPT_HEADERDATA, this);
+  curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, &UploadTransfer::BodyThunk);
+  curl_easy_setopt(easy_, CURLOPT_WRITEDATA, this);
+  curl_easy_setopt(easy_, CURLOPT_PRIVATE, this);
+  curl_easy_setopt(easy_, CURLOPT_URL, setup_.url.c_str());
+  curl_easy_setopt(easy_, CURLOPT_CONNECTTIMEOUT_MS, setup.connect_timeout_ms);
+  curl_easy_setopt(easy_, CURLOPT_UPLOAD_BUFFERSIZE, kSendBufferBytes);
+
+  curl_slist_free_all(headers_);
+  headers_ = nullptr;
+  // No "Expect: 100-continue" round trip before large bodies.
+  headers_ = curl_slist_append(headers_, "Expect:");
+  if (!setup.bearer_token.empty()) {
+    const std::string auth = "Authorization: Bearer " + setup.bearer_token;
+    headers_ = curl_slist_append(headers_, auth.c_str());
+  }
+  const std::string total = std::to_string(setup.total);
+  if (setup.step == UploadStep::kStart) {
+    headers_ = curl_slist_append(headers_, "Content-Type: application/json; charset=UTF-8");
+    headers_ = curl_slist_append(headers_, "X-Upload-Content-Type: application/octet-stream");
+    headers_ = curl_slist_append(headers_, ("X-Upload-Content-Length: " + total).c_str());
+    curl_easy_setopt(easy_, CURLOPT_POST, 1L);
+    curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, kStartBody);
+    curl_easy_setopt(easy_, CURLOPT_POSTFIELDSIZE_LARGE,
+                     static_cast<curl_off_t>(sizeof(kStartBody) - 1));
+  } else {
+    std::string range = "Content-Range: bytes ";
+    if (setup.step == UploadStep::kQuery || setup.length == 0) {
+      range += "*/" + total;  // a status query, or the completion of an empty object
+    } else {
+      range += std::to_string(setup.first) + "-" + std::to_string(setup.first + setup.length - 1) +
+               "/" + total;
+    }
+    headers_ = curl_slist_append(headers_, range.c_str());
+    headers_ = curl_slist_append(headers_, "Content-Type: application/octet-stream");
+    const uint64_t length = setup.step == UploadStep::kChunk ? setup.length : 0;
+    curl_easy_setopt(easy_, CURLOPT_UPLOAD, 1L);  // PUT
+    curl_easy_setopt(easy_, CURLOPT_READFUNCTION, &UploadTransfer::ReadThunk);
+    curl_easy_setopt(easy_, CURLOPT_READDATA, this);
+    curl_easy_setopt(easy_, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(length));
+  }
+  curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, headers_);
+}
+
+size_t UploadTransfer::HeaderThunk(char* data, size_t size, size_t count, void* self) {
+  auto* t = static_cast<UploadTransfer*>(self);
+  const std::string_view line(data, size * count);
+  t->last_activity_ = std::chrono::steady_clock::now();
+  if (line.substr(0, 5) == "HTTP/") {
+    // A new status line: headers of an earlier answer (100 Continue) no longer apply.
+    const size_t sp = line.find(' ');
+    t->answer_.status = 0;
+    if (sp != std::string_view::npos && sp + 4 <= line.size()) {
+      t->answer_.status = std::atol(std::string(line.substr(sp + 1, 3)).c_str());
+    }
+    t->answer_.location.clear();
+    t->answer_.range.clear();
+    return size * count;
+  }
+  if (!HeaderValue(line, "location", &t->answer_.location)) {
+    HeaderValue(line, "range", &t->answer_.range);
+  }
+  return size * count;
+}
+
+size_t UploadTransfer::BodyThunk(char* data, size_t size, size_t count, void* self) {
+  auto* t = static_cast<UploadTransfer*>(self);
+  t->last_activity_ = std::chrono::steady_clock::now();
+  if (t->setup_.cancelled != nullptr && t->setup_.cancelled->load(std::memory_order_relaxed)) {
+    return 0;
+  }
+  const size_t n = size * count;
+  const size_t keep = std::min(n, kBodyLimit - std::min(kBodyLimit, t->answer_.body.size()));
+  t->answer_.body.append(data, keep);
+  return n;
+}
+
+size_t UploadTransfer::ReadThunk(char* data, size_t size, size_t count, void* self) {
+  auto* t = static_cast<UploadTransfer*>(self);
+  t->last_activity_ = std::chrono::steady_clock::now();
+  if (t->setup_.cancelled != nullptr && t->setup_.cancelled->load(std::memory_order_relaxed)) {
+    return CURL_READFUNC_ABORT;
+  }
+  if (t->setup_.step != UploadStep::kChunk) return 0;
+  const uint64_t left = t->setup_.length - t->read_pos_;
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(left, size * count));
+  std::memcpy(data, t->setup_.body + t->read_pos_, n);  // into libcurl's send buffer
+  t->read_pos_ += n;
+  t->answer_.sent = t->read_pos_;
+  return n;
+}
+
+UploadAnswer UploadTransfer::Finish(CURLcode code) {
+  answer_.code = code;
+  if (code != CURLE_OK) answer_.transport_error = errbuf_;
+  return answer_;
+}
+
+long UploadTransfer::new_connections() const {
+  long n = 0;
+  curl_easy_getinfo(easy_, CURLINFO_NUM_CONNECTS, &n);
+  return n;
+}
+
+}  // namespace gcsio

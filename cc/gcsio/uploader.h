@@ -1,0 +1,206 @@
+// Resumable uploads (GCS JSON API) of caller memory, many in flight on one curl multi handle.
+//
+// Each upload: POST {endpoint}/upload/storage/v1/b/B/o?uploadType=resumable&name=O
+// [&ifGenerationMatch=G] -> the session URL in Location; then PUTs of at most chunk_bytes with
+// `Content-Range: bytes a-b/total`, each body read straight from the caller's memory (no copy
+// of it is made here; libcurl copies into its send buffer); 308 + `Range: bytes=0-K` means the
+// session holds K + 1 bytes; the final 200/201 carries the object resource, whose size,
+// generation and crc32c are checked against the bytes sent (CRC-32C computed here, crc32c.h).
+//
+// Retries: a retryable failure (connection reset or refused, timeout, a stall, HTTP 408, 429,
+// 5xx) is retried under the one RetryPolicy with its full-jitter backoff, decided by
+// DecideRetry (retry_policy.h), the same decision Engine::Worker::Judge applies to ranged GETs;
+// attempts and the deadline count per request, so they start again once a chunk is committed.
+// A retry of a chunk first asks the session what it holds (PUT with `Content-Range:
+// bytes */total` -> 308 + Range) and resumes from there. A session that answers 404 or 410 has
+// expired: the upload starts again from byte 0 with a new session (counted as an attempt).
+// HTTP 412 fails the upload with cause kPreconditionFailed; other 4xx fail at once.
+#ifndef CC_GCSIO_UPLOADER_H_
+#define CC_GCSIO_UPLOADER_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cc/gcsio/defaults.h"
+#include "cc/gcsio/retry_policy.h"
+#include "cc/gcsio/token_cache.h"
+#include "cc/gcsio/upload_transfer.h"
+
+namespace gcsio {
+
+// Defaults come from the one table, defaults.h.
+struct UploaderOptions {
+  std::string endpoint = "https://storage.googleapis.com";
+  int max_inflight_requests = defaults::kMaxInflightUploads;     // upload requests at once
+  uint64_t max_inflight_bytes = defaults::kUploadInflightBytes;  // chunk bytes of running PUTs
+  uint64_t chunk_bytes = defaults::kUploadChunkBytes;  // longest PUT; a multiple of 256 KiB
+  RetryPolicy retry;
+  double connect_timeout_s = defaults::kConnectTimeoutS;
+  double stall_timeout_s = defaults::kStallTimeoutS;  // no byte either way this long: retried
+  std::string credential_description = "none";
+
+  // Throws std::invalid_argument naming the bad option.
+  void Validate() const;
+};
+
+struct UploadSpec {
+  std::string bucket;
+  std::string object;
+  const uint8_t* data = nullptr;  // must stay valid and unchanged until the upload finished
+  uint64_t size = 0;
+  int64_t if_generation_match = -1;  // -1: none; 0: only if absent; G: only over generation G
+};
+
+// What became of one upload.
+struct UploadResult {
+  bool ok = false;
+  int64_t generation = 0;  // of the new object
+  uint64_t size = 0;
+  uint32_t crc32c = 0;        // of the bytes sent (equal to the server's when ok)
+  int requests = 0;           // HTTP requests made for it
+  int attempts = 0;           // attempts of the request it ended on
+  int retries = 0;            // failed attempts that were retried
+  int status_queries = 0;     // `bytes */total` queries
+  int restarts = 0;           // new sessions after an expired one
+  uint64_t resent_bytes = 0;  // bytes sent again after a retry (already sent once)
+  uint64_t committed = 0;     // bytes the server confirmed holding (offset reached)
+  long status = 0;            // HTTP status of the last answer, 0 if none
+  std::string cause;          // failure: e.g. kPreconditionFailed, kCrc32cMismatch, "http_503"
+  std::string error;          // failure: names gs://bucket/object, offset, attempts; no token
+};
+
+class Uploader;
+
+// One submitted upload.
+class Upload {
+ public:
+  explicit Upload(UploadSpec spec) : spec_(std::move(spec)) {}
+  Upload(const Upload&) = delete;
+  Upload& operator=(const Upload&) = delete;
+
+  const UploadSpec& spec() const { return spec_; }
+  bool Finished() const;
+  // Blocks up to `timeout_s` (< 0: forever); true once finished.
+  bool WaitFor(double timeout_s) const;
+  UploadResult Result() const;  // meaningful once finished
+
+ private:
+  friend class Uploader;
+  void Finish(UploadResult result);
+
+  const UploadSpec spec_;
+  std::atomic<bool> cancelled_{false};
+  // Worker-thread state.
+  UploadStep step_ = UploadStep::kStart;
+  std::string session_url_;
+  uint64_t committed_ = 0;
+  uint64_t sent_high_ = 0;  // highest offset ever sent (to count re-sent bytes)
+  int attempts_ = 0;        // of the current request
+  std::chrono::steady_clock::time_point first_start_;
+  UploadResult progress_;
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  bool finished_ = false;
+  UploadResult result_;
+};
+
+struct UploadStatsSnapshot {
+  uint64_t requests = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t uploads_done = 0;
+  uint64_t failures = 0;
+  uint64_t retries = 0;
+  std::map<std::string, uint64_t> retries_by_cause;
+  uint64_t status_queries = 0;
+  uint64_t restarts = 0;
+  uint64_t connections_opened = 0;
+};
+
+class Uploader {
+ public:
+  Uploader(UploaderOptions options, TokenSource token_source);
+  ~Uploader();  // cancels what is queued or running, stops the thread
+  Uploader(const Uploader&) = delete;
+  Uploader& operator=(const Uploader&) = delete;
+
+  // Computes the CRC-32C of the bytes (callers must not hold Python's GIL), fetches a token
+  // when one is due, queues the upload and returns at once. Throws std::invalid_argument for
+  // an empty bucket/object, std::runtime_error after fork() or once closed.
+  std::shared_ptr<Upload> Submit(UploadSpec spec);
+  // Stops the upload; on return no request of it reads the caller's memory any more. A
+  // finished upload is left as it is.
+  void Cancel(const std::shared_ptr<Upload>& upload);
+
+  UploadStatsSnapshot Stats() const;
+  const UploaderOptions& options() const { return options_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Job {
+    std::shared_ptr<Upload> upload;
+    Clock::time_point not_before;
+  };
+  struct Active {
+    std::shared_ptr<Upload> upload;
+    std::unique_ptr<UploadTransfer> transfer;
+    uint64_t bytes;  // reserved from max_inflight_bytes
+  };
+
+  void Loop();
+  bool TakeLocked(Job* job, uint64_t* bytes);
+  void Start(std::shared_ptr<Upload> upload, uint64_t bytes);
+  void Collect();
+  void CheckStallsAndCancels();
+  void End(size_t slot, const UploadAnswer* answer, const char* local_cause,
+           const std::string& local_message);
+  // Applies the verdict of one answered (or broken) request: next step, retry through
+  // DecideRetry and Requeue, success or failure. The upload side of the C++ retry decision.
+  void Judge(const std::shared_ptr<Upload>& upload, UploadStep step, const UploadAnswer* answer,
+             const char* local_cause, const std::string& local_message, const std::string& token);
+  void Requeue(std::shared_ptr<Upload> upload, double delay_s);
+  void Fail(const std::shared_ptr<Upload>& upload, const std::string& cause, long status,
+            const std::string& message, const std::string& why);
+  std::string StartUrl(const UploadSpec& spec) const;
+
+  const UploaderOptions options_;
+  TokenCache tokens_;
+  const pid_t owner_pid_;
+  CURLM* multi_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> ready_;
+  std::vector<Job> delayed_;  // min-heap by not_before
+  int inflight_requests_ = 0;
+  uint64_t inflight_bytes_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
+
+  // Worker-thread state.
+  std::vector<Active> active_;
+  std::vector<std::unique_ptr<UploadTransfer>> spare_;
+  std::mt19937_64 rng_;
+
+  // Counters.
+  std::atomic<uint64_t> requests_{0}, bytes_sent_{0}, done_{0}, failures_{0}, retries_{0};
+  std::atomic<uint64_t> status_queries_{0}, restarts_{0}, connections_{0};
+  mutable std::mutex stats_mu_;
+  std::map<std::string, uint64_t> retries_by_cause_;
+};
+
+}  // namespace gcsio
+
+#endif  // CC_GCSIO_UPLOADER_H_
