@@ -149,7 +149,7 @@ def test_data_upload_resumes_after_a_refused_chunk(gcs):
     assert _exact(state)
 
 
-def test_data_upload_reset_after_its_last_chunk_is_uploaded_again(gcs):
+def test_data_upload_reset_after_its_last_chunk_completes_from_the_status_query(gcs):
     writer = GCSStorageWriter(
         f"gs://{BUCKET}/reset-ref", endpoint=gcs.endpoint, thread_count=1, chunk_bytes=256 << 10
     )
@@ -169,8 +169,8 @@ def test_data_upload_reset_after_its_last_chunk_is_uploaded_again(gcs):
         dcp.save(_state(), storage_writer=writer)
         assert proxy.counts["reset_mid_body"] == 1
     (upload,) = writer.uploads
-    # The emulator forgot the finished session (404 to the status query): a new session.
-    assert upload.status_queries == 1 and upload.restarts == 1
+    # The endpoint had written the object: the status query answers it (200), nothing is re-sent.
+    assert upload.status_queries == 1 and upload.restarts == 0 and upload.resent_bytes == 0
     state, _ = _load(gcs.endpoint, url=f"gs://{BUCKET}/reset")
     assert _exact(state)
 

@@ -85,9 +85,9 @@ def test_a_failed_chunk_resumes_from_the_committed_offset(gcs, status):
     assert gcs.get(BUCKET, name) == data
 
 
-def test_a_reset_after_the_last_chunk_restarts_the_upload(gcs):
-    # The emulator wrote the object and forgot the session: the status query answers 404, so
-    # the upload starts again (GCS would answer the query with the object).
+def test_a_reset_after_the_last_chunk_completes_from_the_status_query(gcs):
+    # The endpoint wrote the object before the connection dropped: as GCS, it answers the status
+    # query with the object (200), so nothing is sent again and no second generation is made.
     name = "up/reset.distcp"
     data = object_bytes(SIZE, 3)
     fault = Fault(kind="reset_mid_body", nth=6, media_only=False, object_name=name, after_bytes=10)
@@ -96,8 +96,10 @@ def test_a_reset_after_the_last_chunk_restarts_the_upload(gcs):
             result = up.upload(BUCKET, name, data)
             stats = up.stats()
         assert proxy.counts["reset_mid_body"] == 1
-    assert result.status_queries == 1 and result.restarts == 1
-    assert stats["retries_by_cause"] == {"connection_reset": 1, "session_expired": 1}
+        methods = [m for m, _ in proxy.request_log]
+    assert result.status_queries == 1 and result.restarts == 0 and result.resent_bytes == 0
+    assert methods == ["POST"] + ["PUT"] * 6  # start, 5 chunks (the last one reset), query
+    assert stats["retries_by_cause"] == {"connection_reset": 1}
     assert gcs.get(BUCKET, name) == data
     assert result.generation == ObjectStore(gcs.endpoint).stat(BUCKET, name).generation
 
