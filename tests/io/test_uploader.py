@@ -1,7 +1,7 @@
 """The C++ uploader through gcsckpt.io.Uploader against LocalGCS (and FaultProxy in front of it):
 chunked resumable uploads checked by size, generation and CRC-32C; a failed chunk resumed from
-the offset the session reports; 503 and 429 retried; a reset after the last chunk (the
-emulator then forgets the session) restarting the upload; 412 as UploadPreconditionError; a
+the offset the session reports; 503 and 429 retried; a reset after the last chunk completed
+from the status query's 200 (nothing re-sent); 412 as UploadPreconditionError; a
 permanent failure naming object, offset and attempts; crc32c against google-crc32c."""
 
 from __future__ import annotations

@@ -477,7 +477,7 @@ class UploadStream(io.RawIOBase):
         try:
             self._store._call("PUT", self._what, self._writer.close)
         except FileNotFoundError:
-            # The last chunk landed but its answer was lost, and the emulator forgets a finished
+            # The last chunk landed but its answer was lost, and the endpoint forgot the finished
             # session (GCS answers the retry with the object): the object tells whether it did.
             info = self._store.stat(self._bucket, self._name)
             if info is None or info.size != self._written:
