@@ -23,6 +23,7 @@ import numpy as np
 
 from gcsckpt.bench.record.case_result import (
     COUNT_FIELDS,
+    SCENARIO_WRITE,
     SECONDS_FIELDS,
     STATUS_OK,
     CaseResult,
@@ -35,7 +36,6 @@ from gcsckpt.bench.record.resources import ResourceUsage
 Row = dict[str, Any]
 
 WORKLOAD_FAMILY = "checkpointing"
-WORKLOAD_SCENARIO = "checkpoint_read"
 THROUGHPUT_COLUMN = "checkpoint_read_throughput_mean_bytes_per_second"
 RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_baseline"
 
@@ -220,9 +220,11 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
 
     Throughput per round is ``checkpoint_physical_size_bytes × checkpoint_read_count ÷ round
     duration`` with ``checkpoint_read_count = data_parallel_replicate_size`` (each replica group
-    reads the whole checkpoint). For a failed result the round-duration and throughput columns
-    are None (its timings are not a valid measurement) while counters and resources stay, for
-    diagnosis. ``rank_counters_json`` holds the last round's per-rank counters.
+    reads the whole checkpoint). A save row (``checkpoint_write``) uses the same columns with
+    the bytes one save wrote and a count of 1 (replicated entries are written once). For a
+    failed result the round-duration and throughput columns are None (its timings are not a
+    valid measurement) while counters and resources stay, for diagnosis.
+    ``rank_counters_json`` holds the last round's per-rank counters.
 
     Raises:
       ValueError: reader options that are not JSON-serializable.
@@ -231,7 +233,7 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
     ok = result.status == STATUS_OK
     rounds = list(result.rounds)
     durations = [r.duration_s for r in rounds] if ok else []
-    read_count = case.data_parallel_replicate_size
+    read_count = 1 if result.scenario == SCENARIO_WRITE else case.data_parallel_replicate_size
     size = result.checkpoint_physical_size_bytes
     bytes_per_round = None if size is None else size * read_count
     last_counters = rounds[-1].rank_counters if rounds else None
@@ -241,7 +243,7 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         "run_started_at": iso_timestamp(run.started_at),
         "benchmark_case_id": case.name,
         "workload_family": WORKLOAD_FAMILY,
-        "workload_scenario": WORKLOAD_SCENARIO,
+        "workload_scenario": result.scenario,
         "workload_implementation": result.reader,
         "config_sweep_axis": case.sweep_axis,
         "model_id": case.model_id,

@@ -1,8 +1,11 @@
-"""The checkpoint-load benchmark: per case, set up once, then timed rounds with each reader.
+"""The checkpoint benchmark: per case, set up once, timed loads with each reader, timed saves with
+each writer.
 
 For every selected case: make sure a complete checkpoint with the run's config hash is stored
 (else save one in a setup job), then run each reader's timed rounds in a load job on fresh rank
-processes, sampling the process tree's CPU and memory meanwhile. A failure (setup, a rank, a
+processes, sampling the process tree's CPU and memory meanwhile; then, when writers are asked
+for, each writer's timed saves in a save job (rows named ``save-...``, each save verified by a
+stock load). A failure (setup, a rank, a
 verification) fails that case and reader only; the run goes on and publishes every row: results
 JSON/CSV, Markdown tables with the gcsckpt/fsspec ratio on stdout, a PNG chart and, if asked,
 BigQuery rows.
@@ -25,7 +28,7 @@ from rich.console import Console
 from gcsckpt.bench.cases.catalogue import Case
 from gcsckpt.bench.publish.report import PublishedReport, publish_report
 from gcsckpt.bench.record.case_result import CaseInfo, CaseResult, RunContext
-from gcsckpt.bench.record.host import collect_host_facts, package_version
+from gcsckpt.bench.record.host import collect_host_facts
 from gcsckpt.bench.record.metrics import case_row
 from gcsckpt.bench.record.progress import ProgressDisplay
 from gcsckpt.bench.record.resources import ResourceSampler
@@ -38,9 +41,10 @@ from gcsckpt.bench.runner.manifest import (
     reusable,
     write_manifest,
 )
-from gcsckpt.bench.runner.results import load_result
+from gcsckpt.bench.runner.results import load_result, save_result
 from gcsckpt.bench.runner.storage import BenchStorage
-from gcsckpt.bench.worker.jobs import SAVE_SEED, LoadJob, SetupJob, Storage
+from gcsckpt.bench.worker import arms
+from gcsckpt.bench.worker.jobs import SAVE_SEED, LoadJob, SaveJob, SetupJob, Storage
 from gcsckpt.bench.worker.rank import RankFailure
 from gcsckpt.parallel.app_state import state_config_hash
 from gcsckpt.testing.local_ranks import backend_for
@@ -86,17 +90,10 @@ class _QuietDisplay:
         return 0
 
 
-def reader_options(reader: str) -> dict[str, Any]:
-    """What identifies a reader's setup in the results (the readers run with their defaults)."""
-    if reader == CANDIDATE_READER:
-        return {"class": "gcsckpt.dcp.GCSStorageReader", "options": "defaults"}
-    return {
-        "class": "torch.distributed.checkpoint._fsspec_filesystem.FsspecReader",
-        "filesystem": "gcsfs",
-        "gcsfs_version": package_version("gcsfs"),
-        "fsspec_version": package_version("fsspec"),
-        "options": "defaults",
-    }
+def save_case_info(info: CaseInfo) -> CaseInfo:
+    """The save phase's CaseInfo: the load case's, named ``save-...`` (as the seed names them)."""
+    name = info.name[len("load-") :] if info.name.startswith("load-") else info.name
+    return dataclasses.replace(info, name=f"save-{name}")
 
 
 def new_run_id(now: datetime.datetime) -> str:
@@ -113,6 +110,14 @@ def rounds_note(config: RunConfig, cases: list[Case]) -> str:
         counts = sorted({config.rounds_for(reader, c.rounds) for c in cases})
         per_reader.append(f"{reader} {'/'.join(str(n) for n in counts)}")
     note = f"Timed rounds per case: {', '.join(per_reader)}."
+    saved = [c for c in cases if config.saves_case(c.name)]
+    if saved:
+        counts = sorted({config.save_rounds_for(c.rounds) for c in saved})
+        note += (
+            f" Timed saves per writer ({', '.join(config.writers)}): "
+            f"{'/'.join(str(n) for n in counts)} on {len(saved)} case(s), each verified by a "
+            "stock load."
+        )
     candidate_most = max(config.rounds_for(CANDIDATE_READER, c.rounds) for c in cases)
     if (
         BASELINE_READER in config.readers
@@ -137,6 +142,14 @@ class _Run:
         self.launcher = launcher
         self.display = display
         self.out = out
+
+    def reader_options(self, reader: str) -> dict[str, Any]:
+        """The reader's settings recorded with its rows."""
+        return arms.reader_settings(reader, emulator=self.storage.endpoint is not None)
+
+    def writer_options(self, writer: str) -> dict[str, Any]:
+        """The writer's settings recorded with its save rows."""
+        return arms.writer_settings(writer, emulator=self.storage.endpoint is not None)
 
     def say(self, text: str) -> None:
         if self.launcher.is_leader:
@@ -199,13 +212,59 @@ class _Run:
             gathered,
             rounds,
             manifest=manifest,
-            reader_options=reader_options(reader),
+            reader_options=self.reader_options(reader),
             resources=usage,
             error=error,
         )
 
+    def save(self, case: Case, info: CaseInfo, spec: Storage, writer: str) -> CaseResult:
+        """One writer's timed saves on the case, as a CaseResult named ``save-...``."""
+        rounds = self.config.save_rounds_for(case.rounds)
+        job = SaveJob(case, spec, writer, rounds, self.config.device)
+        gathered, error = None, None
+        sampler = ResourceSampler()
+        sampler.start()
+        try:
+            with self.display.phase(f"{job.label}, {rounds} save(s)"):
+                gathered = self.launcher.run(job, self.display.drain)
+        except JobError as err:
+            error = str(err)
+        finally:
+            usage = sampler.stop()
+        return save_result(
+            save_case_info(info),
+            writer,
+            gathered,
+            rounds,
+            writer_options=self.writer_options(writer),
+            resources=usage,
+            error=error,
+        )
+
+    def saves(self, case: Case, info: CaseInfo, spec: Storage) -> list[CaseResult]:
+        """Every writer's save result for the case (a writer that fails is reported, never
+        dropped)."""
+        results = []
+        for writer in self.config.writers:
+            try:
+                result = self.save(case, info, spec, writer)
+            except Exception as err:  # a job that cannot start fails this writer, not the run
+                result = save_result(
+                    save_case_info(info),
+                    writer,
+                    None,
+                    1,
+                    writer_options=self.writer_options(writer),
+                    error=f"{type(err).__name__}: {err}",
+                )
+            if result.status != "ok":
+                self.say(f"{result.case.name} with {writer} FAILED: {result.error_message}")
+            results.append(result)
+        return results
+
     def case(self, case: Case) -> list[CaseResult]:
-        """All readers' results for one case; a setup failure fails every reader's row."""
+        """All readers' results for one case, then all writers' (when the save phase runs on
+        it); a setup failure fails every reader's row."""
         info = CaseInfo.from_case(case, self.config.model_scale)
         spec = self.storage.for_case(case.base_name)  # the same objects whatever the bucket type
         try:
@@ -215,7 +274,13 @@ class _Run:
             self.say(f"{case.name}: {message}")
             return [
                 load_result(
-                    info, r, None, 1, manifest=None, reader_options=reader_options(r), error=message
+                    info,
+                    r,
+                    None,
+                    1,
+                    manifest=None,
+                    reader_options=self.reader_options(r),
+                    error=message,
                 )
                 for r in self.config.readers
             ]
@@ -230,12 +295,14 @@ class _Run:
                     None,
                     1,
                     manifest=manifest,
-                    reader_options=reader_options(reader),
+                    reader_options=self.reader_options(reader),
                     error=f"{type(err).__name__}: {err}",
                 )
             if result.status != "ok":
                 self.say(f"{case.name} with {reader} FAILED: {result.error_message}")
             results.append(result)
+        if self.config.saves_case(case.name):
+            results.extend(self.saves(case, info, spec))
         return results
 
 

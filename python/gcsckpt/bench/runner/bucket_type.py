@@ -34,4 +34,10 @@ def run_bucket_type(bucket_url: str | None, endpoint: str | None) -> str:
     if bucket_url is None:
         return LOCAL
     storage = BenchStorage(bucket_url, endpoint)
-    return classify_bucket(storage.client.get_bucket(storage.bucket))
+    # ObjectStore has no bucket-metadata call; its google-cloud-storage client (the one
+    # transport, with its credentials and endpoint) answers buckets.get.
+    client = storage.client._storage_client()
+    try:
+        return classify_bucket(client.get_bucket(storage.bucket))
+    finally:
+        storage.client.close()
