@@ -13,8 +13,12 @@ OLMOE_EP_DEFAULTS = {
     "cases": ["load-olmoe_1b_7b_0924-fsdp-ws8", "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"],
     "sweep_axes": "model,strategy",
     "model_scale": "scaled",
+    "readers": ["gcsckpt", "msc", "fsspec"],
     "rounds": 3,
     "baseline_rounds": 1,
+    "writers": ["gcsckpt", "msc", "fsspec"],
+    "save_rounds": 1,
+    "save_cases": ["load-olmoe_1b_7b_0924-ep-*"],
 }
 
 if __name__ == "__main__":

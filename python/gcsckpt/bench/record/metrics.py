@@ -38,6 +38,7 @@ Row = dict[str, Any]
 WORKLOAD_FAMILY = "checkpointing"
 THROUGHPUT_COLUMN = "checkpoint_read_throughput_mean_bytes_per_second"
 RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_baseline"
+PEER_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_best_peer"
 
 _PERCENTILES = (50, 90, 95, 99)
 
@@ -282,6 +283,8 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         **throughput_columns(durations, bytes_per_round),
         RATIO_COLUMN: None,
         "baseline_implementation": None,
+        PEER_RATIO_COLUMN: None,
+        "best_peer_implementation": None,
         **counter_columns(rounds),
         "rank_counters_json": (
             None
@@ -293,8 +296,25 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
     return row
 
 
-def add_baseline_ratios(rows: Iterable[Row], baseline: str = "fsspec") -> list[Row]:
-    """Copies of ``rows`` with the throughput ratio to the baseline reader of the same case.
+def best_peer(rows: Iterable[Row], case: str, candidate: str, baseline: str) -> Row | None:
+    """The fastest ok row of ``case`` from an arm that is neither ``candidate`` nor ``baseline``
+    (highest mean throughput), or None when no peer has one."""
+    peers = [
+        row
+        for row in rows
+        if row["benchmark_case_id"] == case
+        and row["workload_implementation"] not in (candidate, baseline)
+        and row.get("status") == STATUS_OK
+        and row.get(THROUGHPUT_COLUMN)
+    ]
+    return max(peers, key=lambda row: row[THROUGHPUT_COLUMN]) if peers else None
+
+
+def add_baseline_ratios(
+    rows: Iterable[Row], baseline: str = "fsspec", candidate: str = "gcsckpt"
+) -> list[Row]:
+    """Copies of ``rows`` with the throughput ratio to the baseline reader of the same case,
+    and on the candidate's rows the ratio to the best peer (see :func:`best_peer`).
 
     For each row whose run and case also have a row from ``baseline`` with a measured mean
     throughput > 0, sets ``checkpoint_read_throughput_ratio_to_baseline`` = row mean throughput ÷
@@ -308,10 +328,16 @@ def add_baseline_ratios(rows: Iterable[Row], baseline: str = "fsspec") -> list[R
         if row["workload_implementation"] == baseline and row.get(THROUGHPUT_COLUMN)
     }
     for row in rows:
+        own = row.get(THROUGHPUT_COLUMN)
+        if row["workload_implementation"] == candidate and own:
+            same_run = [r for r in rows if r["run_id"] == row["run_id"]]
+            peer = best_peer(same_run, row["benchmark_case_id"], candidate, baseline)
+            if peer is not None:
+                row[PEER_RATIO_COLUMN] = own / peer[THROUGHPUT_COLUMN]
+                row["best_peer_implementation"] = peer["workload_implementation"]
         reference = baselines.get((row["run_id"], row["benchmark_case_id"]))
         if reference is None:
             continue
         row["baseline_implementation"] = baseline
-        own = row.get(THROUGHPUT_COLUMN)
         row[RATIO_COLUMN] = None if own is None else own / reference
     return rows
