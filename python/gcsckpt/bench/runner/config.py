@@ -27,7 +27,8 @@ class RunConfig:
       catalogue: catalogue YAML path; None: the shipped one.
       bucket: ``gs://bucket[/prefix]``; None: the embedded local endpoint.
       endpoint: emulator URL for ``bucket`` (None: real GCS).
-      readers: readers to run, in order (``gcsckpt``, ``fsspec``, ``msc``).
+      readers: readers to run, in order (among ``gcsckpt``, ``fsspec``, ``msc``); default: the
+        two the runner started with (the programs' ``--readers`` default is every reader).
       writers: writers of the save phase, in order (same names); empty: no save phase.
       save_rounds: timed saves per case and writer; None: same as ``rounds`` (or the case's).
       save_cases: globs of the (load) case names the save phase runs on; empty: every case.
@@ -56,7 +57,7 @@ class RunConfig:
     catalogue: str | None = None
     bucket: str | None = None
     endpoint: str | None = None
-    readers: tuple[str, ...] = READERS
+    readers: tuple[str, ...] = ("gcsckpt", BASELINE_READER)
     writers: tuple[str, ...] = ()
     save_rounds: int | None = None
     save_cases: tuple[str, ...] = ()
