@@ -2,10 +2,11 @@
 each writer.
 
 For every selected case: make sure a complete checkpoint with the run's config hash is stored
-(else save one in a setup job), then run each reader's timed rounds in a load job on fresh rank
-processes, sampling the process tree's CPU and memory meanwhile; then, when writers are asked
-for, each writer's timed saves in a save job (rows named ``save-...``, each save verified by a
-stock load). A failure (setup, a rank, a
+(else save one in a setup job), then run the readers' timed rounds interleaved (round 1 of each
+reader, then round 2, ...), each round a job on fresh rank processes, sampling the process
+tree's CPU and memory meanwhile; then, when writers are asked for, the writers' timed saves the
+same way (rows named ``save-...``, each save verified by a stock load). Interleaving spreads a
+noisy machine's slow minutes over every arm instead of one. A failure (setup, a rank, a
 verification) fails that case and reader only; the run goes on and publishes every row: results
 JSON/CSV, Markdown tables with the gcsckpt/fsspec ratio on stdout, a PNG chart and, if asked,
 BigQuery rows.
@@ -31,7 +32,7 @@ from gcsckpt.bench.record.case_result import CaseInfo, CaseResult, RunContext
 from gcsckpt.bench.record.host import collect_host_facts
 from gcsckpt.bench.record.metrics import case_row
 from gcsckpt.bench.record.progress import ProgressDisplay
-from gcsckpt.bench.record.resources import ResourceSampler
+from gcsckpt.bench.record.resources import ResourceSampler, merge_usage
 from gcsckpt.bench.runner.config import BASELINE_READER, RunConfig
 from gcsckpt.bench.runner.launch import JobError, SpawnLauncher
 from gcsckpt.bench.runner.manifest import (
@@ -41,7 +42,7 @@ from gcsckpt.bench.runner.manifest import (
     reusable,
     write_manifest,
 )
-from gcsckpt.bench.runner.results import load_result, save_result
+from gcsckpt.bench.runner.results import load_result, merge_rank_results, save_result
 from gcsckpt.bench.runner.storage import BenchStorage
 from gcsckpt.bench.worker import arms
 from gcsckpt.bench.worker.jobs import SAVE_SEED, LoadJob, SaveJob, SetupJob, Storage
@@ -190,73 +191,119 @@ class _Run:
             manifest = write_manifest(client, spec, case.name, config_hash, case.world_size)
         return self.launcher.agree(manifest)
 
-    def load(
-        self, case: Case, info: CaseInfo, spec: Storage, reader: str, manifest: SetupManifest
-    ) -> CaseResult:
-        """One reader's timed rounds on the case, as a CaseResult (failed ones included)."""
-        rounds = self.config.rounds_for(reader, case.rounds)
-        job = LoadJob(case, spec, reader, rounds, self.config.device)
+    def _job_round(self, job: Any) -> tuple[list[Any] | None, str | None, Any]:
+        """Runs one job (one round of one arm); returns (gathered, launch error, usage)."""
         gathered, error = None, None
         sampler = ResourceSampler()  # the runner's tree: rank processes and the local endpoint
         sampler.start()
         try:
-            with self.display.phase(f"{job.label}, {rounds} round(s)"):
+            with self.display.phase(job.label + f", round {job.first_round + 1}"):
                 gathered = self.launcher.run(job, self.display.drain)
         except JobError as err:
             error = str(err)
         finally:
             usage = sampler.stop()
-        return load_result(
-            info,
-            reader,
-            gathered,
-            rounds,
-            manifest=manifest,
-            reader_options=self.reader_options(reader),
-            resources=usage,
-            error=error,
-        )
+        return gathered, error, usage
 
-    def save(self, case: Case, info: CaseInfo, spec: Storage, writer: str) -> CaseResult:
-        """One writer's timed saves on the case, as a CaseResult named ``save-...``."""
-        rounds = self.config.save_rounds_for(case.rounds)
-        job = SaveJob(case, spec, writer, rounds, self.config.device)
-        gathered, error = None, None
-        sampler = ResourceSampler()
-        sampler.start()
-        try:
-            with self.display.phase(f"{job.label}, {rounds} save(s)"):
-                gathered = self.launcher.run(job, self.display.drain)
-        except JobError as err:
-            error = str(err)
-        finally:
-            usage = sampler.stop()
-        return save_result(
-            save_case_info(info),
-            writer,
-            gathered,
-            rounds,
-            writer_options=self.writer_options(writer),
-            resources=usage,
-            error=error,
-        )
+    def interleaved(self, jobs: dict[str, tuple[Any, int]]) -> dict[str, tuple[Any, ...]]:
+        """Runs the arms' rounds interleaved: round 1 of every arm, then round 2, ... (an arm
+        with fewer rounds drops out after its last). Each round is its own job on fresh rank
+        processes (fresh state, fresh reader or writer, the round's own seed). An arm stops
+        after a round that failed (its later rounds would only repeat the error).
+
+        Args:
+          jobs: arm name -> (a LoadJob or SaveJob template with rounds=1, its rounds).
+
+        Returns:
+          arm name -> (merged gathered results or None, first launch error or None, merged
+          resource usage or None).
+        """
+        parts: dict[str, list[list[Any]]] = {arm: [] for arm in jobs}
+        errors: dict[str, str | None] = {arm: None for arm in jobs}
+        usages: dict[str, list[Any]] = {arm: [] for arm in jobs}
+        stopped: set[str] = set()
+        for index in range(max(rounds for _, rounds in jobs.values())):
+            for arm, (template, rounds) in jobs.items():
+                if index >= rounds or arm in stopped:
+                    continue
+                job = dataclasses.replace(template, first_round=index)
+                try:
+                    gathered, error, usage = self._job_round(job)
+                except Exception as err:  # e.g. a job that cannot start: this arm fails
+                    gathered, error, usage = None, f"{type(err).__name__}: {err}", None
+                if usage is not None:
+                    usages[arm].append(usage)
+                if gathered is not None:
+                    parts[arm].append(gathered)
+                bad = error is not None or gathered is None
+                bad = bad or any(
+                    isinstance(g, RankFailure) or getattr(g, "error", None) for g in gathered
+                )
+                if bad:
+                    errors[arm] = errors[arm] or error
+                    stopped.add(arm)
+        return {
+            arm: (
+                merge_rank_results(parts[arm]) if parts[arm] else None,
+                errors[arm],
+                merge_usage(usages[arm]),
+            )
+            for arm in jobs
+        }
+
+    def loads(
+        self, case: Case, info: CaseInfo, spec: Storage, manifest: SetupManifest
+    ) -> list[CaseResult]:
+        """Every reader's timed rounds on the case, interleaved per round, as CaseResults
+        (failed ones included, in ``--readers`` order)."""
+        device = self.config.device
+        jobs = {
+            reader: (
+                LoadJob(case, spec, reader, 1, device),
+                self.config.rounds_for(reader, case.rounds),
+            )
+            for reader in self.config.readers
+        }
+        outcomes = self.interleaved(jobs)
+        results = []
+        for reader, (_, rounds) in jobs.items():
+            gathered, error, usage = outcomes[reader]
+            result = load_result(
+                info,
+                reader,
+                gathered,
+                rounds,
+                manifest=manifest,
+                reader_options=self.reader_options(reader),
+                resources=usage,
+                error=error,
+            )
+            if result.status != "ok":
+                self.say(f"{case.name} with {reader} FAILED: {result.error_message}")
+            results.append(result)
+        return results
 
     def saves(self, case: Case, info: CaseInfo, spec: Storage) -> list[CaseResult]:
-        """Every writer's save result for the case (a writer that fails is reported, never
-        dropped)."""
+        """Every writer's timed saves on the case, interleaved per round, as CaseResults named
+        ``save-...`` (a writer that fails is reported, never dropped)."""
+        rounds = self.config.save_rounds_for(case.rounds)
+        jobs = {
+            writer: (SaveJob(case, spec, writer, 1, self.config.device), rounds)
+            for writer in self.config.writers
+        }
+        outcomes = self.interleaved(jobs)
         results = []
         for writer in self.config.writers:
-            try:
-                result = self.save(case, info, spec, writer)
-            except Exception as err:  # a job that cannot start fails this writer, not the run
-                result = save_result(
-                    save_case_info(info),
-                    writer,
-                    None,
-                    1,
-                    writer_options=self.writer_options(writer),
-                    error=f"{type(err).__name__}: {err}",
-                )
+            gathered, error, usage = outcomes[writer]
+            result = save_result(
+                save_case_info(info),
+                writer,
+                gathered,
+                rounds,
+                writer_options=self.writer_options(writer),
+                resources=usage,
+                error=error,
+            )
             if result.status != "ok":
                 self.say(f"{result.case.name} with {writer} FAILED: {result.error_message}")
             results.append(result)
@@ -284,23 +331,7 @@ class _Run:
                 )
                 for r in self.config.readers
             ]
-        results = []
-        for reader in self.config.readers:
-            try:
-                result = self.load(case, info, spec, reader, manifest)
-            except Exception as err:  # e.g. a job that cannot start: this pair fails, not the run
-                result = load_result(
-                    info,
-                    reader,
-                    None,
-                    1,
-                    manifest=manifest,
-                    reader_options=self.reader_options(reader),
-                    error=f"{type(err).__name__}: {err}",
-                )
-            if result.status != "ok":
-                self.say(f"{case.name} with {reader} FAILED: {result.error_message}")
-            results.append(result)
+        results = self.loads(case, info, spec, manifest)
         if self.config.saves_case(case.name):
             results.extend(self.saves(case, info, spec))
         return results

@@ -66,6 +66,27 @@ def _rounds(ranks: Sequence[RankLoadResult]) -> list[RoundRecord]:
     return records
 
 
+def merge_rank_results(parts: Sequence[Sequence[Any]]) -> list[Any]:
+    """Per rank, one result from several jobs' gathered results (in job order): rounds and
+    written bytes concatenated, the first error kept; a rank that failed in any job stays a
+    RankFailure. ``parts`` are gathered lists of the same world size."""
+    merged: list[Any] = []
+    for entries in zip(*parts, strict=True):
+        failure = next((e for e in entries if isinstance(e, RankFailure)), None)
+        if failure is not None:
+            merged.append(failure)
+            continue
+        merged.append(
+            RankLoadResult(
+                rank=entries[0].rank,
+                rounds=tuple(r for e in entries for r in e.rounds),
+                error=next((e.error for e in entries if e.error), None),
+                written_bytes=tuple(b for e in entries for b in e.written_bytes),
+            )
+        )
+    return merged
+
+
 def load_result(
     info: CaseInfo,
     reader: str,

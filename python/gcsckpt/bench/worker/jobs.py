@@ -85,6 +85,8 @@ class LoadJob:
       case, storage, device: as in SetupJob.
       reader: one of ``arms.READERS``.
       rounds: timed rounds (>= 1).
+      first_round: index of the first of them in the case's rounds (its seed and label), so a
+        runner that interleaves arms one round per job still gives every round its own seed.
     """
 
     case: Any
@@ -92,6 +94,7 @@ class LoadJob:
     reader: str
     rounds: int
     device: str = "cpu"
+    first_round: int = 0
 
     def __post_init__(self) -> None:
         if self.reader not in READERS:
@@ -113,6 +116,7 @@ class SaveJob:
       case, storage, device: as in SetupJob.
       writer: one of ``arms.WRITERS``.
       rounds: timed saves (>= 1); each builds a fresh state with ``round_seed(index)``.
+      first_round: as in LoadJob.
     """
 
     case: Any
@@ -120,6 +124,7 @@ class SaveJob:
     writer: str
     rounds: int
     device: str = "cpu"
+    first_round: int = 0
 
     def __post_init__(self) -> None:
         if self.writer not in WRITERS:

@@ -133,8 +133,8 @@ def run_load(job: LoadJob, report) -> RankLoadResult:
     mesh = build_mesh(dims, device.type)
     scratch = job_scratch_dir()
     rounds: list[RankRound] = []
-    for index in range(job.rounds):
-        label = f"{job.reader} round {index + 1}/{job.rounds}"
+    for index in range(job.first_round, job.first_round + job.rounds):
+        label = f"{job.reader} round {index + 1}"
         report(f"{label}: build state", 0, None)
         state = build_app_state(job.case.model, dims, mesh, seed=round_seed(index), device=device)
         needed = expected_bytes(state)

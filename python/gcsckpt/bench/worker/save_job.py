@@ -66,8 +66,8 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
     rounds: list[RankRound] = []
     written: list[int] = []
     try:
-        for index in range(job.rounds):
-            label = f"{job.writer} save {index + 1}/{job.rounds}"
+        for index in range(job.first_round, job.first_round + job.rounds):
+            label = f"{job.writer} save {index + 1}"
             prefix = job.storage.save_round_prefix(job.writer, index)
             report(f"{label}: build state", 0, None)
             state = build_app_state(
