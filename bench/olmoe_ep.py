@@ -8,7 +8,8 @@ writer (gcsckpt, msc, stock FsspecWriter), each save verified by a stock load. T
 runs on the ep case only and once per writer so the job stays near 10 minutes here: verifying a
 save of the fsdp case with the stock reader alone takes about 4 minutes. Every tensor is
 verified; the tables give gcsckpt's ratio to stock and to the best peer. Every flag of
-//bench:checkpoint_load passes through, e.g. ``-- --bucket=gs://b/p --model_scale=full`` or ``-- --baseline_rounds=3``.
+//bench:checkpoint_load passes through, e.g. ``-- --bucket=gs://b/p --model_scale=full`` or
+``-- --baseline_rounds=3``.
 """
 
 from gcsckpt.bench.runner.main import run
