@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -12,12 +14,19 @@ from torch.distributed.checkpoint.api import CheckpointException
 from gcsckpt.bench.cases.catalogue import CaseError, load_catalogue
 from gcsckpt.bench.cases.selection import override_world_size, select_run_cases
 from gcsckpt.bench.record.case_result import CaseInfo
+from gcsckpt.bench.runner.benchmark import save_case_info
 from gcsckpt.bench.runner.bucket_type import classify_bucket, run_bucket_type
 from gcsckpt.bench.runner.config import RunConfig
 from gcsckpt.bench.runner.manifest import SetupManifest
-from gcsckpt.bench.runner.results import load_result
+from gcsckpt.bench.runner.results import load_result, save_result
 from gcsckpt.bench.worker import baseline
-from gcsckpt.bench.worker.jobs import RankLoadResult, RankRound
+from gcsckpt.bench.worker.arms import (
+    MSC_EMULATOR_MULTIPART_THRESHOLD,
+    MSCProfile,
+    reader_settings,
+    writer_settings,
+)
+from gcsckpt.bench.worker.jobs import RankLoadResult, RankRound, SaveJob
 from gcsckpt.bench.worker.load_job import describe_error
 from gcsckpt.bench.worker.rank import RankFailure
 
@@ -110,6 +119,9 @@ def test_bucket_type_comes_from_the_bucket_metadata():
         ({"device": "tpu"}, "--device"),
         ({"latency_ms": -1.0}, "--latency_ms"),
         ({"stream_mbps": 0.0}, "--stream_mbps"),
+        ({"writers": ("gcsckpt", "dataflux")}, "--writers"),
+        ({"writers": ("msc", "msc")}, "--writers"),
+        ({"save_rounds": 0}, "--save_rounds"),
     ],
 )
 def test_run_config_rejects_bad_values_naming_the_flag(changes, flag):
@@ -122,6 +134,79 @@ def test_baseline_rounds_apply_to_fsspec_only():
     assert config.rounds_for("gcsckpt", 5) == 3
     assert config.rounds_for("fsspec", 5) == 1
     assert RunConfig().rounds_for("fsspec", 5) == 5
+
+
+def test_save_phase_rounds_and_cases():
+    config = RunConfig(rounds=3, writers=("gcsckpt", "msc"), save_cases=("load-*-ep-*",))
+    assert config.save_rounds_for(5) == 3
+    assert RunConfig(rounds=3, save_rounds=1).save_rounds_for(5) == 1
+    assert RunConfig().save_rounds_for(5) == 5
+    assert config.saves_case("load-olmoe_1b_7b_0924-ep-dp8ep8-ws8-local")
+    assert not config.saves_case("load-olmoe_1b_7b_0924-fsdp-ws8-local")
+    assert not RunConfig().saves_case("load-olmoe_1b_7b_0924-ep-dp8ep8-ws8-local")  # no writers
+    assert RunConfig(writers=("fsspec",)).saves_case("anything")
+
+
+def test_msc_profile_configures_the_emulator_without_multipart(tmp_path, monkeypatch):
+    monkeypatch.delenv("MSC_CONFIG", raising=False)
+    profile = MSCProfile(str(tmp_path / "r1"), "bench-r1", "bkt", "http://127.0.0.1:9", True)
+    config = json.loads((tmp_path / "r1" / "msc_config.json").read_text())
+    assert os.environ["MSC_CONFIG"] == profile.config_path
+    assert config["profiles"]["bench-r1"] == {
+        "storage_provider": {
+            "type": "gcs",
+            "options": {
+                "base_path": "bkt",
+                "endpoint_url": "http://127.0.0.1:9",
+                "skip_signature": True,
+                "multipart_threshold": MSC_EMULATOR_MULTIPART_THRESHOLD,
+            },
+        },
+        "caching_enabled": True,
+    }
+    assert config["cache"]["location"] == str(tmp_path / "r1" / "cache")
+    assert profile.url("run/ckpt") == "msc://bench-r1/run/ckpt"
+    profile.close()
+    assert not (tmp_path / "r1").exists()
+    real = MSCProfile(str(tmp_path / "r2"), "bench-r2", "bkt", None, False)
+    config = json.loads(open(real.config_path).read())
+    assert config == {
+        "profiles": {
+            "bench-r2": {"storage_provider": {"type": "gcs", "options": {"base_path": "bkt"}}}
+        }
+    }  # real GCS: Application Default Credentials, MSC's own multipart defaults
+
+
+def test_arm_settings_name_the_class_and_tuning():
+    assert reader_settings("msc", emulator=False)["thread_count"] == 8
+    assert writer_settings("msc", emulator=False)["multipart_upload"] is True
+    assert "multipart_threshold_bytes" not in writer_settings("msc", emulator=False)
+    assert writer_settings("fsspec", emulator=True)["class"].endswith("FsspecWriter")
+    with pytest.raises(ValueError, match="writer 'dataflux' is unknown"):
+        writer_settings("dataflux", emulator=True)
+    with pytest.raises(ValueError, match="writer 'x' is unknown"):
+        SaveJob(None, None, "x", 1)
+
+
+def test_save_result_takes_rank_0_bytes_and_names_the_save_case():
+    info = save_case_info(_INFO)
+    assert info.name == "save-x-fsdp-ws2"
+    rounds = (_round(1.0),)
+    gathered = [
+        RankLoadResult(0, rounds, written_bytes=(1234,)),
+        RankLoadResult(1, rounds),
+    ]
+    result = save_result(info, "msc", gathered, 1, writer_options={"thread_count": 4})
+    assert (result.status, result.scenario, result.checkpoint_physical_size_bytes) == (
+        "ok",
+        "checkpoint_write",
+        1234,
+    )
+    assert result.checkpoint_object_count is None and result.checksums_verified
+    two = [RankLoadResult(0, rounds * 2, written_bytes=(1234, 999)), RankLoadResult(1, rounds * 2)]
+    uneven = save_result(info, "msc", two, 2, writer_options={})
+    assert uneven.status == "failed"
+    assert uneven.error_message == "saves of msc wrote different sizes: [999, 1234] bytes"
 
 
 def _round(start: float, mismatches: int = 0, committed: int = 100) -> RankRound:

@@ -54,7 +54,7 @@ def publish_report(
     """
     if not rows:
         raise ValueError("no result rows to publish (no case ran)")
-    ratio_rows = add_baseline_ratios(rows, baseline=baseline)
+    ratio_rows = add_baseline_ratios(rows, baseline=baseline, candidate=candidate)
     columns = load_columns()
     validate_rows(ratio_rows, columns)
     files = write_results(ratio_rows, output_dir, columns)

@@ -14,7 +14,7 @@ from absl import app, flags
 
 from gcsckpt.bench.runner.config import DEVICES, RunConfig
 from gcsckpt.bench.runner.storage import DEFAULT_LOCAL_DIR
-from gcsckpt.bench.worker.jobs import READERS
+from gcsckpt.bench.worker.arms import READERS, WRITERS
 from gcsckpt.models.configs import SCALES
 
 FLAGS = flags.FLAGS
@@ -36,7 +36,18 @@ flags.DEFINE_string(
     "gs://bucket[/prefix] to run against (Application Default Credentials; an emulator when "
     "STORAGE_EMULATOR_HOST is set). Default: the embedded local GCS endpoint.",
 )
-flags.DEFINE_list("readers", list(READERS), "Readers to run, in order.")
+flags.DEFINE_list("readers", list(READERS), f"Readers to run, in order ({', '.join(READERS)}).")
+flags.DEFINE_list(
+    "writers",
+    [],
+    f"Writers of the save phase, in order ({', '.join(WRITERS)}); empty: no save phase.",
+)
+flags.DEFINE_integer(
+    "save_rounds", None, "Timed saves per case and writer. Default: same as --rounds."
+)
+flags.DEFINE_list(
+    "save_cases", [], "Case names or globs the save phase runs on. Default: every selected case."
+)
 flags.DEFINE_integer("rounds", None, "Timed rounds per case and reader. Default: the case's (3).")
 flags.DEFINE_integer(
     "baseline_rounds", None, "Timed rounds of the fsspec baseline. Default: same as --rounds."
@@ -90,6 +101,9 @@ def config_from_flags() -> RunConfig:
             bucket=FLAGS.bucket,
             endpoint=endpoint,
             readers=tuple(FLAGS.readers),
+            writers=tuple(FLAGS.writers),
+            save_rounds=FLAGS.save_rounds,
+            save_cases=tuple(FLAGS.save_cases),
             rounds=FLAGS.rounds,
             baseline_rounds=FLAGS.baseline_rounds,
             world_size_override=FLAGS.world_size_override,
