@@ -19,6 +19,7 @@ import dataclasses
 import datetime
 import os
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,7 +46,15 @@ from gcsckpt.bench.runner.manifest import (
 from gcsckpt.bench.runner.results import load_result, merge_rank_results, save_result
 from gcsckpt.bench.runner.storage import BenchStorage
 from gcsckpt.bench.worker import arms
-from gcsckpt.bench.worker.jobs import SAVE_SEED, LoadJob, SaveJob, SetupJob, Storage
+from gcsckpt.bench.worker.jobs import (
+    SAVE_SEED,
+    LoadJob,
+    SaveJob,
+    SetupJob,
+    Storage,
+    VerifySaveJob,
+    with_verification,
+)
 from gcsckpt.bench.worker.rank import RankFailure
 from gcsckpt.parallel.app_state import state_config_hash
 from gcsckpt.testing.local_ranks import backend_for
@@ -91,6 +100,26 @@ class _QuietDisplay:
         return 0
 
 
+def _any_failed(gathered: list[Any]) -> bool:
+    """Whether any rank of a job failed (a RankFailure, or a result with an error)."""
+    return any(isinstance(g, RankFailure) or getattr(g, "error", None) for g in gathered)
+
+
+def phase_table(phases: list[tuple[str, float]], total_s: float) -> str:
+    """Markdown: wall seconds of every job of the run (where the time went), and the total.
+
+    Args:
+      phases: (job label, wall seconds) in run order.
+      total_s: the whole run's wall time, seconds (setup of the endpoint, publishing included).
+    """
+    lines = ["| job | wall s |", "|---|---|"]
+    lines += [f"| {label} | {seconds:.1f} |" for label, seconds in phases]
+    jobs = sum(seconds for _, seconds in phases)
+    lines.append(f"| all jobs | {jobs:.1f} |")
+    lines.append(f"| whole run (endpoint, setup checks, publishing included) | {total_s:.1f} |")
+    return "\n".join(lines)
+
+
 def save_case_info(info: CaseInfo) -> CaseInfo:
     """The save phase's CaseInfo: the load case's, named ``save-...`` (as the seed names them)."""
     name = info.name[len("load-") :] if info.name.startswith("load-") else info.name
@@ -108,8 +137,10 @@ def rounds_note(config: RunConfig, cases: list[Case]) -> str:
         return "No cases selected."
     per_reader = []
     for reader in config.readers:
-        counts = sorted({config.rounds_for(reader, c.rounds) for c in cases})
-        per_reader.append(f"{reader} {'/'.join(str(n) for n in counts)}")
+        loaded = [c for c in cases if reader in config.readers_for(c.name)]
+        counts = sorted({config.rounds_for(reader, c.rounds) for c in loaded})
+        where = "" if len(loaded) == len(cases) else f" on {len(loaded)} of {len(cases)} cases"
+        per_reader.append(f"{reader} {'/'.join(str(n) for n in counts)}{where}")
     note = f"Timed rounds per case: {', '.join(per_reader)}."
     saved = [c for c in cases if config.saves_case(c.name)]
     if saved:
@@ -143,6 +174,7 @@ class _Run:
         self.launcher = launcher
         self.display = display
         self.out = out
+        self.phase_seconds: list[tuple[str, float]] = []  # (job label, wall s), in run order
 
     def reader_options(self, reader: str) -> dict[str, Any]:
         """The reader's settings recorded with its rows."""
@@ -179,11 +211,10 @@ class _Run:
             delete_prefix(client, spec.bucket, spec.setup_prefix)
         self.launcher.agree(None)  # nobody saves before the old objects are gone
         job = SetupJob(case, spec, self.config.device)
-        with self.display.phase(f"{job.label} ({why})"):
-            try:
-                gathered = self.launcher.run(job, self.display.drain)
-            except JobError as err:
-                raise SetupError(str(err)) from err
+        try:
+            gathered = self._timed_run(job, f"{job.label} ({why})")
+        except JobError as err:
+            raise SetupError(str(err)) from err
         failures = [g.message for g in gathered if isinstance(g, RankFailure)]
         if failures:
             raise SetupError(f"{job.label}: {'; '.join(failures[:4])}")
@@ -191,18 +222,39 @@ class _Run:
             manifest = write_manifest(client, spec, case.name, config_hash, case.world_size)
         return self.launcher.agree(manifest)
 
+    def _timed_run(self, job: Any, label: str) -> list[Any]:
+        """``launcher.run(job)`` under a display phase; its wall time goes to phase_seconds."""
+        start = time.monotonic()
+        try:
+            with self.display.phase(label):
+                return self.launcher.run(job, self.display.drain)
+        finally:
+            self.phase_seconds.append((label, time.monotonic() - start))
+
     def _job_round(self, job: Any) -> tuple[list[Any] | None, str | None, Any]:
-        """Runs one job (one round of one arm); returns (gathered, launch error, usage)."""
+        """Runs one job (one round of one arm); returns (gathered, launch error, usage).
+
+        A save on an arm interpreter without the stock reader runs unverified, then a
+        VerifySaveJob on the runner's interpreter checks it (outside the resource sample).
+        """
         gathered, error = None, None
+        separate = isinstance(job, SaveJob) and job.python is not None
+        if separate:
+            job = dataclasses.replace(job, verify=False)
         sampler = ResourceSampler()  # the runner's tree: rank processes and the local endpoint
         sampler.start()
         try:
-            with self.display.phase(job.label + f", round {job.first_round + 1}"):
-                gathered = self.launcher.run(job, self.display.drain)
+            gathered = self._timed_run(job, job.label + f", round {job.first_round + 1}")
         except JobError as err:
             error = str(err)
         finally:
             usage = sampler.stop()
+        if separate and gathered is not None and not _any_failed(gathered):
+            check = VerifySaveJob(job.case, job.storage, job.writer, job.device, job.first_round)
+            try:
+                gathered = with_verification(gathered, self._timed_run(check, check.label))
+            except JobError as err:
+                gathered, error = None, str(err)
         return gathered, error, usage
 
     def interleaved(self, jobs: dict[str, tuple[Any, int]]) -> dict[str, tuple[Any, ...]]:
@@ -235,10 +287,7 @@ class _Run:
                     usages[arm].append(usage)
                 if gathered is not None:
                     parts[arm].append(gathered)
-                bad = error is not None or gathered is None
-                bad = bad or any(
-                    isinstance(g, RankFailure) or getattr(g, "error", None) for g in gathered
-                )
+                bad = error is not None or gathered is None or _any_failed(gathered)
                 if bad:
                     errors[arm] = errors[arm] or error
                     stopped.add(arm)
@@ -262,7 +311,7 @@ class _Run:
                 LoadJob(case, spec, reader, 1, device),
                 self.config.rounds_for(reader, case.rounds),
             )
-            for reader in self.config.readers
+            for reader in self.config.readers_for(case.name)
         }
         outcomes = self.interleaved(jobs)
         results = []
@@ -329,7 +378,7 @@ class _Run:
                     reader_options=self.reader_options(r),
                     error=message,
                 )
-                for r in self.config.readers
+                for r in self.config.readers_for(case.name)
             ]
         results = self.loads(case, info, spec, manifest)
         if self.config.saves_case(case.name):
@@ -367,6 +416,7 @@ def run_benchmark(
     if cases is None:
         cases = config.selected_cases()
     started = datetime.datetime.now(datetime.UTC)
+    wall_start = time.monotonic()
     run_id = new_run_id(started)
     output_dir = Path(os.path.expanduser(config.output_dir or os.path.join(RESULTS_ROOT, run_id)))
     host = collect_host_facts(probe_accelerator=config.device == "cuda")
@@ -386,6 +436,7 @@ def run_benchmark(
         )
         for case in cases:
             results.extend(run.case(case))
+    phases = run.phase_seconds
     context = RunContext(
         run_id=run_id,
         started_at=started,
@@ -416,6 +467,11 @@ def run_benchmark(
                 if report.bigquery_rows
                 else ""
             ),
+            file=out,
+            flush=True,
+        )
+        print(
+            f"\nWhere the time went:\n\n{phase_table(phases, time.monotonic() - wall_start)}",
             file=out,
             flush=True,
         )

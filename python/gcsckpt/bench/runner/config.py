@@ -9,7 +9,7 @@ from gcsckpt.bench.cases.catalogue import Case
 from gcsckpt.bench.cases.selection import select_run_cases
 from gcsckpt.bench.runner.bucket_type import run_bucket_type
 from gcsckpt.bench.runner.storage import DEFAULT_LOCAL_DIR
-from gcsckpt.bench.worker.arms import READERS, WRITERS
+from gcsckpt.bench.worker.arms import PEERS, READERS, WRITERS
 from gcsckpt.dcp.paths import parse_checkpoint_id
 from gcsckpt.models.configs import SCALES
 
@@ -34,6 +34,9 @@ class RunConfig:
       save_cases: globs of the (load) case names the save phase runs on; empty: every case.
       rounds: timed rounds per case for every reader but the baseline; None: the case's.
       baseline_rounds: rounds for the ``fsspec`` baseline; None: same as ``rounds``.
+      baseline_cases: globs of the (load) case names the ``fsspec`` baseline loads; empty:
+        every case (it needs minutes per round on some).
+      peer_rounds: rounds for the peer readers (``arms.PEERS``); None: same as ``rounds``.
       world_size_override: resize every case to this many ranks.
       model_scale: ``full``, ``scaled`` or ``tiny``.
       output_dir: results folder; None: ``~/.cache/gcsckpt/results/<run id>``.
@@ -63,6 +66,8 @@ class RunConfig:
     save_cases: tuple[str, ...] = ()
     rounds: int | None = None
     baseline_rounds: int | None = None
+    baseline_cases: tuple[str, ...] = ()
+    peer_rounds: int | None = None
     world_size_override: int | None = None
     model_scale: str = "scaled"
     output_dir: str | None = None
@@ -93,7 +98,13 @@ class RunConfig:
             raise ValueError(f"--model_scale {self.model_scale!r}: known {', '.join(SCALES)}")
         if self.device not in DEVICES:
             raise ValueError(f"--device {self.device!r}: known {', '.join(DEVICES)}")
-        for flag in ("rounds", "baseline_rounds", "save_rounds", "world_size_override"):
+        for flag in (
+            "rounds",
+            "baseline_rounds",
+            "peer_rounds",
+            "save_rounds",
+            "world_size_override",
+        ):
             value = getattr(self, flag)
             if value is not None and value < 1:
                 raise ValueError(f"--{flag} must be >= 1, got {value}")
@@ -120,7 +131,17 @@ class RunConfig:
         rounds = self.rounds if self.rounds is not None else case_rounds
         if reader == BASELINE_READER and self.baseline_rounds is not None:
             return self.baseline_rounds
+        if reader in PEERS and self.peer_rounds is not None:
+            return self.peer_rounds
         return rounds
+
+    def readers_for(self, case_name: str) -> tuple[str, ...]:
+        """The readers that load the case ``case_name`` (the baseline only where
+        ``baseline_cases`` matches), in ``readers`` order."""
+        if not self.baseline_cases:
+            return self.readers
+        keep = any(fnmatch.fnmatchcase(case_name, p) for p in self.baseline_cases)
+        return tuple(r for r in self.readers if r != BASELINE_READER or keep)
 
     def save_rounds_for(self, case_rounds: int) -> int:
         """Timed saves of each writer on a case whose catalogue entry asks for ``case_rounds``."""

@@ -52,6 +52,14 @@ flags.DEFINE_integer("rounds", None, "Timed rounds per case and reader. Default:
 flags.DEFINE_integer(
     "baseline_rounds", None, "Timed rounds of the fsspec baseline. Default: same as --rounds."
 )
+flags.DEFINE_list(
+    "baseline_cases",
+    [],
+    "Case names or globs the fsspec baseline loads. Default: every selected case.",
+)
+flags.DEFINE_integer(
+    "peer_rounds", None, "Timed rounds of the peer readers (msc, dataflux). Default: --rounds."
+)
 flags.DEFINE_integer("world_size_override", None, "Resize every case to this many ranks.")
 flags.DEFINE_enum("model_scale", "scaled", list(SCALES), "Model size for every shipped model.")
 flags.DEFINE_string(
@@ -106,6 +114,8 @@ def config_from_flags() -> RunConfig:
             save_cases=tuple(FLAGS.save_cases),
             rounds=FLAGS.rounds,
             baseline_rounds=FLAGS.baseline_rounds,
+            baseline_cases=tuple(FLAGS.baseline_cases),
+            peer_rounds=FLAGS.peer_rounds,
             world_size_override=FLAGS.world_size_override,
             model_scale=FLAGS.model_scale,
             output_dir=FLAGS.output_dir,

@@ -12,17 +12,33 @@ Readers (``--readers``) and writers (``--writers``):
   Measured here (8 gloo ranks, scaled OLMoE, local endpoint): thread_count=8 with the cache,
   23.7 s (fsdp) and 6.9-8.5 s (ep) per load, against 25-26 s and 12-13 s with its defaults;
   so that is the setting used. The writer runs with ``thread_count=4`` (the objects per rank
-  GCSStorageWriter writes by default, so both upload the same number of objects in parallel).
+  GCSStorageWriter writes by default, so both upload the same number of objects in parallel)
+  and the GCS provider's documented upload settings, written out in the profile so the rows
+  record them: objects above ``multipart_threshold`` (64 MiB) go up as an XML multipart upload
+  of ``multipart_chunksize`` (32 MiB) parts, ``max_concurrency`` (8) at a time. An endpoint
+  without XML multipart upload fails those saves, and the arm is reported failed with that
+  error (the settings are never changed to suit the endpoint).
+- ``dataflux``: gcs-torch-dataflux's ``GCSDistributedReader`` / ``GCSDistributedWriter``
+  (torch's FileSystemReader/-Writer on a google-cloud-storage client) with the settings its
+  docs and demos use, i.e. its defaults: the writer keeps torch's ``thread_count=1`` and
+  uploads every object (``.metadata`` too) as an XML multipart upload of 32 MiB parts, 8 at a
+  time, each part with its CRC32C; the reader downloads each object a rank reads whole into
+  memory. gcs-torch-dataflux 1.4.0 imports a google-cloud-storage 2.x helper that 3.x removed,
+  so this arm's rank processes run on a venv of their own (``DATAFLUX_PYTHON``, built by
+  ``tools/peers/dataflux/venv.sh`` from its own lock, google-cloud-storage 2.19.0). Its
+  ``dataflux_pytorch.lightning`` package ``__init__`` imports lightning (a training framework)
+  for its Lightning CheckpointIO classes, which this arm does not use: the venv has no
+  lightning, and :func:`_dataflux_classes` imports ``dataflux_pytorch.lightning.gcs_filesystem``
+  (where the two DCP classes live, importing only torch and google-cloud-storage) without
+  running that ``__init__``. That venv has no gcsfs (gcsfs 2026.10.1 needs google-cloud-storage
+  3.x), so its saves are verified by a stock load in a job of its own on the main venv.
 
-MSC is configured through a profile file (``MSC_CONFIG``): a ``type: gcs`` storage provider
-with ``base_path`` = the bucket; for an emulator also ``endpoint_url`` and ``skip_signature:
-true`` (anonymous credentials); for real GCS neither, so google-cloud-storage uses Application
-Default Credentials. The embedded endpoint (gcp-storage-emulator) has no XML multipart upload,
-which MSC's GCS provider uses for objects above ``multipart_threshold`` (64 MiB by default;
-the upload fails with 501), so against an emulator the threshold is raised past any object
-(single-request uploads); against real GCS MSC keeps its default. Each timed round gets its own
-profile name and its own empty cache folder, so no round reads what an earlier one cached and
-MSC's per-profile client cache starts fresh; the folder is removed after the round.
+Against an emulator every arm is pointed at it with anonymous credentials (MSC: a ``type: gcs``
+profile with ``endpoint_url`` and ``skip_signature: true``; dataflux: a google-cloud-storage
+client with ``api_endpoint`` and AnonymousCredentials); against real GCS none of that, so each
+uses Application Default Credentials. Each timed MSC round gets its own profile name and its
+own empty cache folder, so no round reads what an earlier one cached and MSC's per-profile
+client cache starts fresh; the folder is removed after the round.
 
 Every arm's settings are returned by :func:`reader_settings` / :func:`writer_settings` and go
 into the result rows (``reader_options_json``).
@@ -30,19 +46,48 @@ into the result rows (``reader_options_json``).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
+import sys
 from typing import Any
 
-READERS = ("gcsckpt", "fsspec", "msc")
-WRITERS = ("gcsckpt", "fsspec", "msc")
+READERS = ("gcsckpt", "fsspec", "msc", "dataflux")
+WRITERS = ("gcsckpt", "fsspec", "msc", "dataflux")
+PEERS = ("msc", "dataflux")  # arms that are neither ours nor the stock baseline
 
+MiB = 1 << 20
 MSC_READER_THREADS = 8
 MSC_WRITER_THREADS = 4
 MSC_CACHE_SIZE = "64G"  # a bound, not an allocation: larger than any checkpoint of the catalogue
-# Past any object the benchmark writes: single-request uploads on an emulator (no XML multipart).
-MSC_EMULATOR_MULTIPART_THRESHOLD = 1 << 40
+# The GCS provider's documented upload settings (multistorageclient.providers.gcs defaults).
+MSC_UPLOAD_OPTIONS = {
+    "multipart_threshold": 64 * MiB,
+    "multipart_chunksize": 32 * MiB,
+    "max_concurrency": 8,
+}
+# gcs-torch-dataflux 1.4.0's upload (dataflux_pytorch.multipart_upload.multipart defaults).
+DATAFLUX_PART_BYTES = 32 * MiB
+DATAFLUX_PART_WORKERS = 8
+DATAFLUX_PROJECT = "gcsckpt-bench"  # google-cloud-storage needs a project name; GCS ignores it
+DATAFLUX_PYTHON = os.environ.get("GCSCKPT_DATAFLUX_PYTHON", "/opt/gcsckpt/dataflux-venv/bin/python")
+
+
+def arm_python(arm: str) -> str | None:
+    """The interpreter arm ``arm``'s rank processes run on; None: the runner's own.
+
+    Raises:
+      FileNotFoundError: the arm's venv is missing (the message says how to build it).
+    """
+    if arm != "dataflux":
+        return None
+    if not os.access(DATAFLUX_PYTHON, os.X_OK):
+        raise FileNotFoundError(
+            f"the dataflux arm's interpreter {DATAFLUX_PYTHON} is missing: build it with "
+            "tools/peers/dataflux/venv.sh (tools/bazel does) or set GCSCKPT_DATAFLUX_PYTHON"
+        )
+    return DATAFLUX_PYTHON
 
 
 def _version(name: str) -> str | None:
@@ -77,6 +122,15 @@ def reader_settings(reader: str, emulator: bool) -> dict[str, Any]:
             "cache_scope": "one empty cache folder per round, shared by the node's ranks",
             "skip_signature": emulator,
         }
+    if reader == "dataflux":
+        return {
+            "class": "dataflux_pytorch.lightning.gcs_filesystem.GCSDistributedReader",
+            "gcs_torch_dataflux_version": "1.4.0",
+            "google_cloud_storage_version": "2.19.0",
+            "options": "defaults",
+            "reads": "each object a rank reads, downloaded whole",
+            "anonymous_credentials": emulator,
+        }
     raise ValueError(f"reader {reader!r} is unknown; known: {', '.join(READERS)}")
 
 
@@ -103,12 +157,24 @@ def writer_settings(writer: str, emulator: bool) -> dict[str, Any]:
             "provider": "gcs",
             "thread_count": MSC_WRITER_THREADS,
             "skip_signature": emulator,
-            "multipart_upload": not emulator,
+            "multipart_upload": "XML API, objects above multipart_threshold",
+            "multipart_threshold_bytes": MSC_UPLOAD_OPTIONS["multipart_threshold"],
+            "multipart_chunksize_bytes": MSC_UPLOAD_OPTIONS["multipart_chunksize"],
+            "max_concurrency": MSC_UPLOAD_OPTIONS["max_concurrency"],
         }
-        if emulator:
-            settings["multipart_threshold_bytes"] = MSC_EMULATOR_MULTIPART_THRESHOLD
-            settings["why_no_multipart"] = "the emulator has no XML multipart upload"
         return settings
+    if writer == "dataflux":
+        return {
+            "class": "dataflux_pytorch.lightning.gcs_filesystem.GCSDistributedWriter",
+            "gcs_torch_dataflux_version": "1.4.0",
+            "google_cloud_storage_version": "2.19.0",
+            "thread_count": 1,
+            "multipart_upload": "XML API, every object",
+            "part_bytes": DATAFLUX_PART_BYTES,
+            "part_workers": DATAFLUX_PART_WORKERS,
+            "part_checksum": "crc32c",
+            "anonymous_credentials": emulator,
+        }
     raise ValueError(f"writer {writer!r} is unknown; known: {', '.join(WRITERS)}")
 
 
@@ -131,13 +197,9 @@ class MSCProfile:
     ) -> None:
         self.work_dir = work_dir
         self.profile = profile
-        options: dict[str, Any] = {"base_path": bucket}
+        options: dict[str, Any] = {"base_path": bucket, **MSC_UPLOAD_OPTIONS}
         if endpoint is not None:
-            options.update(
-                endpoint_url=endpoint,
-                skip_signature=True,
-                multipart_threshold=MSC_EMULATOR_MULTIPART_THRESHOLD,
-            )
+            options.update(endpoint_url=endpoint, skip_signature=True)
         entry: dict[str, Any] = {"storage_provider": {"type": "gcs", "options": options}}
         config: dict[str, Any] = {"profiles": {profile: entry}}
         if cache:
@@ -162,6 +224,36 @@ class MSCProfile:
     def close(self) -> None:
         """Removes the round's folder (config and cache); missing files are fine."""
         shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def _dataflux_classes():
+    """(GCSDistributedReader, GCSDistributedWriter) without running the
+    ``dataflux_pytorch.lightning`` package ``__init__`` (it imports lightning for classes this
+    arm does not use; see the module docstring): the package is registered uninitialized, with
+    its search path, so only ``gcs_filesystem`` and what it imports are executed."""
+    name = "dataflux_pytorch.lightning"
+    if name not in sys.modules:
+        spec = importlib.util.find_spec(name)  # imports the parent package, not this one
+        if spec is None:
+            raise ImportError(f"{name} is not installed (gcs-torch-dataflux 1.4.0)")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+    from dataflux_pytorch.lightning.gcs_filesystem import (
+        GCSDistributedReader,
+        GCSDistributedWriter,
+    )
+
+    return GCSDistributedReader, GCSDistributedWriter
+
+
+def _dataflux_client(endpoint: str | None):
+    """google-cloud-storage client for the dataflux arm: anonymous at an emulator, else ADC."""
+    if endpoint is not None:
+        from gcsckpt.testing.clients import storage_client
+
+        return storage_client(endpoint, project=DATAFLUX_PROJECT)
+    from google.cloud import storage
+
+    return storage.Client()
 
 
 def make_reader(
@@ -193,6 +285,10 @@ def make_reader(
         from multistorageclient.contrib.torch import MultiStorageFileSystemReader
 
         return MultiStorageFileSystemReader(msc.url(prefix), thread_count=MSC_READER_THREADS)
+    if reader == "dataflux":
+        reader_class, _ = _dataflux_classes()
+        client = _dataflux_client(endpoint)
+        return reader_class(url, client.project, storage_client=client)
     raise ValueError(f"reader {reader!r} is unknown; known: {', '.join(READERS)}")
 
 
@@ -221,4 +317,8 @@ def make_writer(
         return MultiStorageFileSystemWriter(
             msc.url(prefix), thread_count=MSC_WRITER_THREADS, overwrite=True
         )
+    if writer == "dataflux":
+        _, writer_class = _dataflux_classes()
+        client = _dataflux_client(endpoint)
+        return writer_class(url, client.project, storage_client=client, overwrite=True)
     raise ValueError(f"writer {writer!r} is unknown; known: {', '.join(WRITERS)}")

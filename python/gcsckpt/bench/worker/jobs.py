@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from gcsckpt.bench.worker.arms import READERS, WRITERS
+from gcsckpt.bench.worker.arms import READERS, WRITERS, arm_python
 
 SAVE_SEED = 20240924  # the seed of the saved state (OLMoE-1B-7B-0924's release date)
 
@@ -107,6 +107,11 @@ class LoadJob:
         """Short description for progress lines and errors."""
         return f"load {self.case.name} with {self.reader}"
 
+    @property
+    def python(self) -> str | None:
+        """The interpreter its ranks run on (None: the runner's; see ``arms.arm_python``)."""
+        return arm_python(self.reader)
+
 
 @dataclasses.dataclass(frozen=True)
 class SaveJob:
@@ -117,6 +122,8 @@ class SaveJob:
       writer: one of ``arms.WRITERS``.
       rounds: timed saves (>= 1); each builds a fresh state with ``round_seed(index)``.
       first_round: as in LoadJob.
+      verify: verify each save in this job (stock load); False: leave the save in place for a
+        ``VerifySaveJob`` (for arms whose interpreter has no stock reader).
     """
 
     case: Any
@@ -125,6 +132,7 @@ class SaveJob:
     rounds: int
     device: str = "cpu"
     first_round: int = 0
+    verify: bool = True
 
     def __post_init__(self) -> None:
         if self.writer not in WRITERS:
@@ -136,6 +144,60 @@ class SaveJob:
     def label(self) -> str:
         """Short description for progress lines and errors."""
         return f"save {self.case.name} with {self.writer}"
+
+    @property
+    def python(self) -> str | None:
+        """The interpreter its ranks run on (None: the runner's; see ``arms.arm_python``)."""
+        return arm_python(self.writer)
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifySaveJob:
+    """Verify round ``first_round`` of ``writer``'s save (left by ``SaveJob(verify=False)``) with a
+    stock load, on the main interpreter; then delete it.
+
+    Attributes:
+      case, storage, device, writer, first_round: as in the SaveJob.
+    """
+
+    case: Any
+    storage: Storage
+    writer: str
+    device: str = "cpu"
+    first_round: int = 0
+
+    @property
+    def label(self) -> str:
+        """Short description for progress lines and errors."""
+        return f"verify the save of {self.case.name} by {self.writer}"
+
+
+def with_verification(saved: list[Any], verified: list[Any]) -> list[Any]:
+    """Per rank: the save job's timed round joined with the verify job's checks.
+
+    Args:
+      saved: gathered RankLoadResults of a one-round ``SaveJob(verify=False)``.
+      verified: gathered results of the matching ``VerifySaveJob`` (RankLoadResult or a
+        failure record with ``message``).
+
+    Returns:
+      Gathered RankLoadResults as a verifying SaveJob would have returned them; a rank whose
+      verification failed carries its error and no round.
+    """
+    joined: list[Any] = []
+    for save, check in zip(saved, verified, strict=True):
+        error = getattr(check, "error", None) or getattr(check, "message", None)
+        if not isinstance(save, RankLoadResult) or save.error:
+            joined.append(save)
+        elif error or not isinstance(check, RankLoadResult):
+            joined.append(RankLoadResult(save.rank, (), error=error or "verification failed"))
+        else:
+            timed = save.rounds[0]
+            done = dataclasses.replace(
+                check.rounds[0], start_unix_s=timed.start_unix_s, end_unix_s=timed.end_unix_s
+            )
+            joined.append(RankLoadResult(save.rank, (done,), written_bytes=check.written_bytes))
+    return joined
 
 
 @dataclasses.dataclass(frozen=True)

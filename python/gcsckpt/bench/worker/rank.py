@@ -19,9 +19,9 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
 from gcsckpt.bench.record.progress import rank_reporter
-from gcsckpt.bench.worker.jobs import LoadJob, SaveJob, SetupJob
+from gcsckpt.bench.worker.jobs import LoadJob, SaveJob, SetupJob, VerifySaveJob
 from gcsckpt.bench.worker.load_job import describe_error, run_load
-from gcsckpt.bench.worker.save_job import run_save
+from gcsckpt.bench.worker.save_job import run_save, run_verify_save
 from gcsckpt.bench.worker.setup_job import run_setup
 from gcsckpt.testing.local_ranks import backend_for
 
@@ -40,7 +40,7 @@ def _use_device(device: str, local_rank: int) -> None:
         torch.cuda.set_device(local_rank)
 
 
-def run_job(job: SetupJob | LoadJob | SaveJob, queue: Any = None) -> list[Any]:
+def run_job(job: SetupJob | LoadJob | SaveJob | VerifySaveJob, queue: Any = None) -> list[Any]:
     """Runs ``job`` on this rank (process group initialized) and gathers all ranks' results.
 
     Returns:
@@ -54,6 +54,8 @@ def run_job(job: SetupJob | LoadJob | SaveJob, queue: Any = None) -> list[Any]:
             mine: Any = run_setup(job, report)
         elif isinstance(job, SaveJob):
             mine = run_save(job, report)
+        elif isinstance(job, VerifySaveJob):
+            mine = run_verify_save(job, report)
         else:
             mine = run_load(job, report)
     except (Exception, CheckpointException) as err:

@@ -7,12 +7,17 @@ verified by loading it back with the stock ``FsspecReader`` (gcsfs) into a state
 setup seed (so values that were not loaded cannot pass), comparing every entry's sha256 with the
 one taken before the save, and checking the committed tensor bytes. Rank 0 then lists the
 folder (bytes written, for throughput) and deletes it, so saves never pile up in the bucket.
+
+An arm whose rank processes run on another interpreter without the stock reader (dataflux)
+saves with ``SaveJob(verify=False)``; ``VerifySaveJob`` then runs on the main interpreter,
+rebuilds the round's state from its seed for the checksums and verifies the same way.
 """
 
 from __future__ import annotations
 
 import gc
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -20,7 +25,14 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from gcsckpt.bench.worker import arms
-from gcsckpt.bench.worker.jobs import SAVE_SEED, RankLoadResult, RankRound, SaveJob, round_seed
+from gcsckpt.bench.worker.jobs import (
+    SAVE_SEED,
+    RankLoadResult,
+    RankRound,
+    SaveJob,
+    VerifySaveJob,
+    round_seed,
+)
 from gcsckpt.bench.worker.load_job import (
     LISTED_KEYS,
     compare_checksums,
@@ -46,8 +58,66 @@ def _empty(store: ObjectStore, bucket: str, prefix: str) -> int:
     return sum(info.size for info in objects)
 
 
+def _verify(
+    job: SaveJob | VerifySaveJob,
+    index: int,
+    saved_sums: dict[str, str],
+    timed: tuple[float, float],
+    mesh: Any,
+    device: Any,
+    store: ObjectStore | None,
+    report,
+) -> tuple[RankRound | None, int | None, str | None]:
+    """Loads round ``index``'s save back with the stock reader into a state built with the setup
+    seed and compares every entry with ``saved_sums``; rank 0 then lists and empties the folder.
+
+    Returns:
+      (the round, bytes the save left (rank 0; else None), None) or (None, None, error).
+    """
+    label = f"{job.writer} save {index + 1}"
+    prefix = job.storage.save_round_prefix(job.writer, index)
+    report(f"{label}: verify with the stock reader", 0, 1)
+    target = build_app_state(
+        job.case.model, job.case.parallel_dims, mesh, seed=SAVE_SEED, device=device
+    )
+    needed = expected_bytes(target)
+    planner = counting_planner_for(VERIFY_READER)
+    reader = arms.make_reader(VERIFY_READER, job.storage.bucket, prefix, job.storage.endpoint)
+    try:
+        dcp.load(target, storage_reader=reader, planner=planner)
+    except (Exception, CheckpointException) as err:
+        if store is not None:
+            _empty(store, job.storage.bucket, prefix)
+        return None, None, f"verifying load: {describe_error(err)}"
+    dist.barrier()
+    differ, missing = compare_checksums(saved_sums, local_checksums(target))
+    done = RankRound(
+        start_unix_s=timed[0],
+        end_unix_s=timed[1],
+        counters={},
+        committed_tensor_bytes=planner.committed_tensor_bytes,
+        expected_bytes=needed,
+        mismatched=tuple(differ[:LISTED_KEYS]),
+        mismatch_count=len(differ),
+        missing=tuple(missing[:LISTED_KEYS]),
+    )
+    written = _empty(store, job.storage.bucket, prefix) if store is not None else None
+    dist.barrier()  # nobody builds the next state before the folder is gone
+    report(f"{label}: verified", 1, 1)
+    del target, reader, planner
+    gc.collect()
+    return done, written, None
+
+
+def _round_state(job: SaveJob | VerifySaveJob, index: int, mesh: Any, device: Any):
+    """The state round ``index`` saves (seed ``round_seed(index)``: the same on a rebuild)."""
+    return build_app_state(
+        job.case.model, job.case.parallel_dims, mesh, seed=round_seed(index), device=device
+    )
+
+
 def run_save(job: SaveJob, report) -> RankLoadResult:
-    """Runs ``job.rounds`` timed saves on this rank and verifies each one.
+    """Runs ``job.rounds`` timed saves on this rank and, with ``job.verify``, verifies each one.
 
     Args:
       job: the save job.
@@ -56,11 +126,12 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
     Returns:
       RankLoadResult (rounds time the saves; see ``jobs.RankLoadResult``); when ``dcp.save`` or
       the verifying load raises, ``error`` says why and ``rounds`` holds the rounds before it.
+      Without ``job.verify`` each round is timed only (``VerifySaveJob`` checks it later) and
+      the save's objects stay in place.
     """
     rank = dist.get_rank()
     device = rank_device(job.device)
-    dims = job.case.parallel_dims
-    mesh = build_mesh(dims, device.type)
+    mesh = build_mesh(job.case.parallel_dims, device.type)
     scratch = job_scratch_dir()
     store = ObjectStore(job.storage.endpoint) if rank == 0 else None
     rounds: list[RankRound] = []
@@ -70,9 +141,7 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
             label = f"{job.writer} save {index + 1}"
             prefix = job.storage.save_round_prefix(job.writer, index)
             report(f"{label}: build state", 0, None)
-            state = build_app_state(
-                job.case.model, dims, mesh, seed=round_seed(index), device=device
-            )
+            state = _round_state(job, index, mesh, device)
             saved_sums = local_checksums(state)
             if store is not None:
                 _empty(store, job.storage.bucket, prefix)
@@ -100,40 +169,43 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
             dist.barrier()
             del state, writer
             gc.collect()
-            report(f"{label}: verify with the stock reader", 0, 1)
-            target = build_app_state(job.case.model, dims, mesh, seed=SAVE_SEED, device=device)
-            needed = expected_bytes(target)
-            planner = counting_planner_for(VERIFY_READER)
-            reader = arms.make_reader(
-                VERIFY_READER, job.storage.bucket, prefix, job.storage.endpoint
+            if not job.verify:
+                rounds.append(RankRound(start, end, {}, 0, 0, mismatch_count=-1))
+                continue
+            done, size, error = _verify(
+                job, index, saved_sums, (start, end), mesh, device, store, report
             )
-            try:
-                dcp.load(target, storage_reader=reader, planner=planner)
-            except (Exception, CheckpointException) as err:
-                return RankLoadResult(
-                    rank, tuple(rounds), error=f"verifying load: {describe_error(err)}"
-                )
-            dist.barrier()
-            differ, missing = compare_checksums(saved_sums, local_checksums(target))
-            rounds.append(
-                RankRound(
-                    start_unix_s=start,
-                    end_unix_s=end,
-                    counters={},
-                    committed_tensor_bytes=planner.committed_tensor_bytes,
-                    expected_bytes=needed,
-                    mismatched=tuple(differ[:LISTED_KEYS]),
-                    mismatch_count=len(differ),
-                    missing=tuple(missing[:LISTED_KEYS]),
-                )
-            )
-            if store is not None:
-                written.append(_empty(store, job.storage.bucket, prefix))
-            dist.barrier()  # nobody builds the next state before the folder is gone
-            report(f"{label}: verified", 1, 1)
-            del target, reader, planner
-            gc.collect()
+            if error is not None:
+                return RankLoadResult(rank, tuple(rounds), error=error)
+            rounds.append(done)
+            if size is not None:
+                written.append(size)
     finally:
         if store is not None:
             store.close()
     return RankLoadResult(rank, tuple(rounds), written_bytes=tuple(written))
+
+
+def run_verify_save(job: VerifySaveJob, report) -> RankLoadResult:
+    """Verifies round ``job.first_round`` of a save made by a ``SaveJob(verify=False)``: rebuilds
+    the state it saved (same seed), loads the save back with the stock reader and compares.
+
+    Returns:
+      RankLoadResult with one round carrying the verification (its times are 0: the save job
+      has them; ``jobs.with_verification`` joins the two), or ``error``.
+    """
+    rank = dist.get_rank()
+    device = rank_device(job.device)
+    mesh = build_mesh(job.case.parallel_dims, device.type)
+    store = ObjectStore(job.storage.endpoint) if rank == 0 else None
+    try:
+        index = job.first_round
+        saved_sums = local_checksums(_round_state(job, index, mesh, device))
+        gc.collect()
+        done, size, error = _verify(job, index, saved_sums, (0.0, 0.0), mesh, device, store, report)
+    finally:
+        if store is not None:
+            store.close()
+    if error is not None:
+        return RankLoadResult(rank, (), error=error)
+    return RankLoadResult(rank, (done,), written_bytes=() if size is None else (size,))
