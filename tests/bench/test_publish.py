@@ -95,6 +95,15 @@ def test_summary_table_shows_each_reader_and_the_ratio():
     assert throughput_ratio(rows, FSDP_CASE, "gcsckpt", "fsspec") is None
 
 
+def test_summary_table_gives_the_candidates_fraction_of_a_given_ceiling():
+    rows = two_reader_rows()
+    lines = summary_table(rows, ceilings={EP_CASE: 2000e6}).splitlines()
+    assert lines[0].endswith("| gcsckpt/fsspec | ceiling MB/s | gcsckpt/ceiling |")
+    assert lines[2] == f"| {EP_CASE} | 1000.0 | 20.0 | 50.0x | 2000.0 | 0.50 |"
+    assert lines[3] == f"| {FSDP_CASE} | 500.0 | failed | n/a | n/a | n/a |"
+    assert "ceiling" not in summary_table(rows)  # no ceiling given: no column
+
+
 def test_detail_table_rows_and_escaping():
     rows = two_reader_rows()
     rows[3]["error_message"] = "rank 1: bad | range\nsecond line"

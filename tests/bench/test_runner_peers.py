@@ -1,8 +1,11 @@
-"""Peer arms end to end: the msc reader, and a save phase with the gcsckpt, stock fsspec and msc
-writers, on tiny OLMoE ep (2 gloo ranks, local GCS); every load and save is checksum-verified
-(saves by loading them back with the stock reader). Then a peer arm that fails (a reader pointed
-at a checkpoint that is not there; a writer whose job cannot start) is reported as failed, with
-its error, beside the arms that worked.
+"""Peer arms end to end: the msc and dataflux readers and a save phase with the gcsckpt, msc and
+dataflux writers, on tiny OLMoE ep (2 gloo ranks, local GCS); every load and save is
+checksum-verified (saves by loading them back with the stock reader). The dataflux arm's ranks
+run on its own venv (google-cloud-storage 2.19.0). Its writer sends every object as an XML
+multipart upload: where the endpoint has none (501), that save is reported failed with that
+error, and with one it must be verified. Then peer arms that fail (readers pointed at a
+checkpoint that is not there; a writer whose job cannot start) are reported as failed, with
+their errors, beside the arms that worked.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -18,14 +23,26 @@ from gcsckpt.bench.runner.benchmark import _Run, run_benchmark, save_case_info
 from gcsckpt.bench.runner.launch import JobError, SpawnLauncher
 from gcsckpt.bench.runner.results import load_result
 from gcsckpt.bench.runner.storage import BenchStorage
-from gcsckpt.bench.worker.arms import MSC_EMULATOR_MULTIPART_THRESHOLD
+from gcsckpt.bench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
 from gcsckpt.bench.worker.jobs import LoadJob
 from gcsckpt.testing import LocalGCS
-from tests.bench.runner_fixtures import EP, EP_BASE, tiny_run_config
+from gcsckpt.testing.local_ranks import LocalRanks
+from tests.bench.runner_fixtures import EP, EP_BASE, interpreter_facts, tiny_run_config
 
 BUCKET = "runner-peers"
 SAVE = "save-" + EP[len("load-") :]
-WRITERS = ("gcsckpt", "fsspec", "msc")
+READERS = ("gcsckpt", "msc", "dataflux")
+WRITERS = ("gcsckpt", "msc", "dataflux")
+
+
+def _has_xml_multipart(endpoint: str) -> bool:
+    """Whether the endpoint answers an XML multipart-upload initiation (not 501)."""
+    request = urllib.request.Request(f"{endpoint}/{BUCKET}/probe?uploads", method="POST", data=b"")
+    try:
+        with urllib.request.urlopen(request, timeout=30):
+            return True
+    except urllib.error.HTTPError as err:
+        return err.code != 501
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +55,7 @@ def gcs():
 def _config(gcs, output_dir, **changes):
     fields = {
         "cases": ("load-olmoe_1b_7b_0924-ep-*",),
-        "readers": ("gcsckpt", "msc", "fsspec"),
+        "readers": READERS,
         "writers": WRITERS,
         "rounds": 1,
         **changes,
@@ -54,15 +71,21 @@ def peers_run(gcs, tmp_path_factory):
     return outcome, out.getvalue()
 
 
-def test_every_arm_loads_and_saves_verified(peers_run):
-    outcome, _ = peers_run
+def test_every_arm_loads_and_saves_verified(gcs, peers_run):
+    outcome, text = peers_run
     assert [(r.case.name, r.reader, r.scenario) for r in outcome.results] == [
-        (EP, "gcsckpt", "checkpoint_read"),
-        (EP, "msc", "checkpoint_read"),
-        (EP, "fsspec", "checkpoint_read"),
+        *((EP, r, "checkpoint_read") for r in READERS),
         *((SAVE, w, "checkpoint_write") for w in WRITERS),
     ]
-    assert outcome.failures == []
+    dataflux_save = outcome.results[-1]
+    if _has_xml_multipart(gcs.endpoint):
+        assert outcome.failures == []
+    else:  # reported failed with the endpoint's answer, never dropped or reconfigured
+        assert outcome.failures == [dataflux_save]
+        assert "501" in dataflux_save.error_message
+        assert dataflux_save.error_message.startswith("rank ")
+        assert f"{SAVE} with dataflux FAILED: rank " in text
+        outcome = dataclasses.replace(outcome, results=outcome.results[:-1])
     assert all(r.checksums_verified and len(r.rounds) == 1 for r in outcome.results)
     loads, saves = outcome.results[:3], outcome.results[3:]
     size = loads[0].checkpoint_physical_size_bytes
@@ -84,34 +107,42 @@ def test_rows_carry_each_arms_settings_and_both_ratios(peers_run):
     assert msc_reader["thread_count"] == 8 and msc_reader["node_local_cache"] is True
     assert msc_reader["skip_signature"] is True and msc_reader["msc_version"] == "1.3.1"
     msc_writer = json.loads(rows[(SAVE, "msc")]["reader_options_json"])
-    assert msc_writer["multipart_upload"] is False
-    assert msc_writer["multipart_threshold_bytes"] == MSC_EMULATOR_MULTIPART_THRESHOLD
-    stock_writer = json.loads(rows[(SAVE, "fsspec")]["reader_options_json"])
-    assert stock_writer["class"].endswith("FsspecWriter")
+    assert msc_writer["multipart_threshold_bytes"] == MSC_UPLOAD_OPTIONS["multipart_threshold"]
+    assert msc_writer["max_concurrency"] == 8 and msc_writer["thread_count"] == 4
+    dataflux_reader = json.loads(rows[(EP, "dataflux")]["reader_options_json"])
+    assert dataflux_reader["class"].endswith("GCSDistributedReader")
+    assert dataflux_reader["google_cloud_storage_version"] == "2.19.0"
+    dataflux_writer = json.loads(rows[(SAVE, "dataflux")]["reader_options_json"])
+    assert dataflux_writer["class"].endswith("GCSDistributedWriter")
+    assert dataflux_writer["part_bytes"] == DATAFLUX_PART_BYTES == 32 << 20
     assert rows[(SAVE, "gcsckpt")]["workload_scenario"] == "checkpoint_write"
     assert rows[(SAVE, "gcsckpt")]["checkpoint_read_count"] == 1
+    speed = "checkpoint_read_throughput_mean_bytes_per_second"
     for case in (EP, SAVE):
         ours = rows[(case, "gcsckpt")]
-        assert ours["best_peer_implementation"] == "msc"
-        peer = rows[(case, "msc")]["checkpoint_read_throughput_mean_bytes_per_second"]
+        peers = [rows[(case, p)] for p in ("msc", "dataflux") if rows[(case, p)]["status"] == "ok"]
+        best = max(peers, key=lambda row: row[speed])
+        assert ours["best_peer_implementation"] == best["workload_implementation"]
         assert ours["checkpoint_read_throughput_ratio_to_best_peer"] == pytest.approx(
-            ours["checkpoint_read_throughput_mean_bytes_per_second"] / peer
+            ours[speed] / best[speed]
         )
-        assert ours["checkpoint_read_throughput_ratio_to_baseline"] > 0
+        assert ours["checkpoint_read_throughput_ratio_to_baseline"] is None  # no stock arm
         assert rows[(case, "msc")]["checkpoint_read_throughput_ratio_to_best_peer"] is None
-    header = "| case | gcsckpt MB/s | fsspec MB/s | msc MB/s | gcsckpt/fsspec | gcsckpt/best peer |"
+    header = (
+        "| case | gcsckpt MB/s | msc MB/s | dataflux MB/s | gcsckpt/fsspec | gcsckpt/best peer |"
+    )
     assert header in text
-    assert "x (msc) |" in text
+    assert "x (msc) |" in text or "x (dataflux) |" in text
 
 
-def test_a_peer_reader_pointed_at_a_missing_checkpoint_fails_with_its_error(gcs, peers_run):
-    outcome, _ = peers_run
+@pytest.mark.parametrize("reader", ["msc", "dataflux"])
+def test_a_peer_reader_pointed_at_a_missing_checkpoint_fails_with_its_error(gcs, peers_run, reader):
     case = next(c for c in _config(gcs, "unused").selected_cases())
     spec = BenchStorage(f"gs://{BUCKET}/peers", gcs.endpoint).for_case(EP_BASE)
     missing = dataclasses.replace(spec, checkpoint_prefix=f"{spec.checkpoint_prefix}-absent")
-    gathered = SpawnLauncher(timeout_s=120).run(LoadJob(case, missing, "msc", 1))
+    gathered = SpawnLauncher(timeout_s=120).run(LoadJob(case, missing, reader, 1))
     info = CaseInfo.from_case(case, "tiny")
-    result = load_result(info, "msc", gathered, 1, manifest=None, reader_options={})
+    result = load_result(info, reader, gathered, 1, manifest=None, reader_options={})
     assert result.status == "failed" and not result.checksums_verified
     assert result.error_message.startswith("rank 0: ")
     assert ".metadata" in result.error_message
@@ -160,3 +191,13 @@ class _NoDisplay:
 
     def drain(self, queue):
         return 0
+
+
+def test_the_dataflux_arms_ranks_run_on_its_own_venv(gcs):
+    ranks = LocalRanks(executable=DATAFLUX_PYTHON, timeout_s=60)
+    facts = ranks.run(interpreter_facts, 2)
+    assert [f[:3] for f in facts] == [(r, DATAFLUX_PYTHON, "2.19.0") for r in range(2)]
+    assert all(f[3].endswith("_gcsio.so") for f in facts)  # the repository's extension
+    case = _config(gcs, "unused").selected_cases()[0]
+    assert LoadJob(case, None, "dataflux", 1).python == DATAFLUX_PYTHON
+    assert LoadJob(case, None, "msc", 1).python is None

@@ -80,15 +80,31 @@ def peer_ratio(rows: Sequence[Row], case: str, candidate: str, baseline: str) ->
     return f"{top / peer[THROUGHPUT_COLUMN]:.1f}x ({peer['workload_implementation']})"
 
 
-def summary_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = "fsspec") -> str:
+def summary_table(
+    rows: Sequence[Row],
+    candidate: str = "gcsckpt",
+    baseline: str = "fsspec",
+    ceilings: Mapping[str, float] | None = None,
+) -> str:
     """One line per case: each reader's mean throughput (MB/s, or ``failed``), the ratio to the
-    baseline and, when any arm besides the two ran, the ratio to the best of those peers."""
+    baseline and, when any arm besides the two ran, the ratio to the best of those peers.
+
+    Args:
+      rows: result rows (``benchmark_case_id``, ``workload_implementation``, ``status``, mean
+        throughput in bytes/s).
+      candidate, baseline: the arms of the ratio columns.
+      ceilings: case id -> the endpoint's raw ceiling for that case, bytes/s (e.g. the upload
+        ceiling for ``save-...`` cases); when given, ``ceiling MB/s`` and ``<candidate>/ceiling``
+        columns are added (``n/a`` for cases without one).
+    """
     readers = reader_order(rows, candidate, baseline)
     cases = list(dict.fromkeys(row["benchmark_case_id"] for row in rows))
     peers = [r for r in readers if r not in (candidate, baseline)]
     header = ["case", *(f"{r} MB/s" for r in readers), f"{candidate}/{baseline}"]
     if peers:
         header.append(f"{candidate}/best peer")
+    if ceilings:
+        header += ["ceiling MB/s", f"{candidate}/ceiling"]
     body = []
     for case in cases:
         by_reader = {
@@ -107,6 +123,11 @@ def summary_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str
         cells.append(_MISSING if ratio is None else f"{ratio:.1f}x")
         if peers:
             cells.append(peer_ratio(rows, case, candidate, baseline))
+        if ceilings:
+            ceiling = ceilings.get(case)
+            top = _throughput(by_reader.get(candidate))
+            cells.append(_number(ceiling, ".1f", _MB))
+            cells.append(_MISSING if ceiling is None or top is None else f"{top / ceiling:.2f}")
         body.append([case, *cells])
     return markdown_table(header, body)
 
@@ -157,12 +178,17 @@ def detail_table(rows: Sequence[Row]) -> str:
     return markdown_table(header, body)
 
 
-def format_report(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = "fsspec") -> str:
-    """Both tables under Markdown headings."""
+def format_report(
+    rows: Sequence[Row],
+    candidate: str = "gcsckpt",
+    baseline: str = "fsspec",
+    ceilings: Mapping[str, float] | None = None,
+) -> str:
+    """Both tables under Markdown headings (``ceilings`` as in ``summary_table``)."""
     return (
         f"## Checkpoint throughput ({candidate} vs {baseline} and the peers; save-... rows: "
         "bytes written)\n\n"
-        f"{summary_table(rows, candidate, baseline)}\n\n"
+        f"{summary_table(rows, candidate, baseline, ceilings)}\n\n"
         f"## Details\n\n{detail_table(rows)}\n"
     )
 
@@ -172,8 +198,9 @@ def print_report(
     out: TextIO | None = None,
     candidate: str = "gcsckpt",
     baseline: str = "fsspec",
+    ceilings: Mapping[str, float] | None = None,
 ) -> str:
     """Writes ``format_report`` to ``out`` (stdout by default) and returns the text."""
-    text = format_report(rows, candidate, baseline)
+    text = format_report(rows, candidate, baseline, ceilings)
     (out or sys.stdout).write(text)
     return text

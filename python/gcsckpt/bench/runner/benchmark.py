@@ -21,7 +21,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -393,6 +393,7 @@ def run_benchmark(
     out: TextIO | None = None,
     live_progress: bool | None = None,
     cases: list[Case] | None = None,
+    upload_ceiling: Callable[[BenchStorage], float | None] | None = None,
 ) -> RunOutcome:
     """Runs the benchmark ``config`` describes and publishes its rows.
 
@@ -402,6 +403,10 @@ def run_benchmark(
       out: where the tables and notes go (stdout by default).
       live_progress: force the live progress view on or off (default: when stderr is a tty).
       cases: the cases to run, already selected (default: ``config.selected_cases()``).
+      upload_ceiling: when given and a save phase ran, called once with the run's storage
+        (endpoint still up) after the cases; its bytes/s (None: not measured) become the
+        ceiling of every ``save-...`` case in the summary table (ceiling column and
+        gcsckpt's fraction of it).
 
     Returns:
       RunOutcome (failed cases are in it; they do not raise).
@@ -436,6 +441,12 @@ def run_benchmark(
         )
         for case in cases:
             results.extend(run.case(case))
+        ceilings = None
+        save_cases = [r.case.name for r in results if r.scenario == "checkpoint_write"]
+        if upload_ceiling is not None and save_cases and launcher.is_leader:
+            ceiling = upload_ceiling(storage)
+            if ceiling is not None:
+                ceilings = dict.fromkeys(save_cases, ceiling)
     phases = run.phase_seconds
     context = RunContext(
         run_id=run_id,
@@ -459,6 +470,7 @@ def run_benchmark(
             baseline=BASELINE_READER,
             out=out,
             bigquery_endpoint=config.bigquery_endpoint,
+            ceilings=ceilings,
         )
         print(
             f"\nResults: {report.files.json_path}, {report.files.csv_path}, {report.plot_path}"
