@@ -10,9 +10,9 @@ gcsckpt's ratio to stock and to the best peer, and the run ends with the wall ti
 Why these sizes (the job must stay under 10 minutes on a shared 2-core machine): the stock
 reader takes ~4 minutes per round on the fsdp case (8,877 BYTE_IO items per rank, ~413,000
 GETs), so it loads only the ep case here (``-- --baseline_cases='*'`` adds fsdp, ``--
---baseline_rounds=3`` more rounds); each verifying stock load of a save takes ~40 s on the ep
-case and ~4 minutes on fsdp, so saves run on the ep case only; every round is a job on fresh
-rank processes (seconds of start-up and state building each), so peers run 2 rounds. Every flag
+--baseline_rounds=3`` more rounds); saves run on the ep case only (``-- --save_cases='*'``
+adds fsdp); every round is a job on fresh rank processes (start-up, state building and
+checksums: 20-40 s a job here), so peers run 2 rounds. Every flag
 of //bench:checkpoint_load passes through, e.g. ``-- --bucket=gs://b/p --model_scale=full``,
 ``-- --readers=gcsckpt,msc,dataflux,fsspec`` or ``-- --writers=gcsckpt,msc,dataflux,fsspec``.
 The same tables with the endpoint modelled like remote GCS: //bench:olmoe_ep_modelled.

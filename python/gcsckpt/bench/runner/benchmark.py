@@ -234,7 +234,7 @@ class _Run:
     def _job_round(self, job: Any) -> tuple[list[Any] | None, str | None, Any]:
         """Runs one job (one round of one arm); returns (gathered, launch error, usage).
 
-        A save on an arm interpreter without the stock reader runs unverified, then a
+        A save on another interpreter (an arm's own venv) runs unverified, then a
         VerifySaveJob on the runner's interpreter checks it (outside the resource sample).
         """
         gathered, error = None, None

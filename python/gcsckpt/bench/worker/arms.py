@@ -30,8 +30,9 @@ Readers (``--readers``) and writers (``--writers``):
   for its Lightning CheckpointIO classes, which this arm does not use: the venv has no
   lightning, and :func:`_dataflux_classes` imports ``dataflux_pytorch.lightning.gcs_filesystem``
   (where the two DCP classes live, importing only torch and google-cloud-storage) without
-  running that ``__init__``. That venv has no gcsfs (gcsfs 2026.10.1 needs google-cloud-storage
-  3.x), so its saves are verified by a stock load in a job of its own on the main venv.
+  running that ``__init__``. Its saves are verified in a job of its own on the main venv (the
+  check never runs on the arm's stack); that venv has no gcsfs (gcsfs 2026.10.1 needs
+  google-cloud-storage 3.x), so it cannot run the stock fsspec reader either.
 
 Against an emulator every arm is pointed at it with anonymous credentials (MSC: a ``type: gcs``
 profile with ``endpoint_url`` and ``skip_signature: true``; dataflux: a google-cloud-storage

@@ -123,7 +123,7 @@ class SaveJob:
       rounds: timed saves (>= 1); each builds a fresh state with ``round_seed(index)``.
       first_round: as in LoadJob.
       verify: verify each save in this job (stock load); False: leave the save in place for a
-        ``VerifySaveJob`` (for arms whose interpreter has no stock reader).
+        ``VerifySaveJob`` on the main interpreter (for arms that run on a venv of their own).
     """
 
     case: Any
