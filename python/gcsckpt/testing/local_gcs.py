@@ -172,6 +172,11 @@ class LocalGCS:
                 str(port),
                 "--data-dir",
                 self.data_dir,
+                # The latency model holds upload answers too (emulator_http.Pacing).
+                "--upload-latency-ms",
+                str(self.latency_ms),
+                "--upload-rate",
+                str(self.stream_mbps * 1e6 if self.stream_mbps else 0),
             ]
             proc = ManagedProcess("gcp-storage-emulator", argv, log)
             self._procs.append(proc)

@@ -21,11 +21,17 @@ import dataclasses
 import os
 import pwd
 
+from gcsckpt.testing.emulator_http import BODY_FILE_HEADER, ELAPSED_HEADER, JSON_API_ROOTS
+from gcsckpt.testing.emulator_storage import UPLOADS_DIR
+
 NGINX_BIN = "/usr/sbin/nginx"
 ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
 
 # Largest send nginx makes between two pacing sleeps when a rate cap is on, bytes.
 PACED_CHUNK_BYTES = 256 * 1024
+
+# nginx's read buffer for an upload body it writes to a file, bytes (default 16 KiB).
+UPLOAD_BODY_BUFFER_BYTES = 1 << 20
 
 # Written as one line per media read; parsed by media_log.py (tab separated).
 MEDIA_LOG_FORMAT = "$msec\\t$status\\t$body_bytes_sent\\t$request_time\\t$http_range\\t$request_uri"
@@ -33,6 +39,14 @@ MEDIA_LOG_FORMAT = "$msec\\t$status\\t$body_bytes_sent\\t$request_time\\t$http_r
 _PRECONDITION_BODY = (
     '{"error":{"code":412,"message":"Precondition Failed: the object generation differs.",'
     '"errors":[{"domain":"global","reason":"conditionNotMet","message":"Precondition Failed"}]}}'
+)
+
+# XML API object paths: /BUCKET/OBJECT with any first segment but the JSON API's roots.
+_XML_PATH = rf"^/(?!(?:{'|'.join(JSON_API_ROOTS)})/)(?<gcs_bucket>[^/]+)/(?<gcs_object>.+)$"
+
+_XML_NOT_FOUND_BODY = (
+    "<?xml version='1.0' encoding='UTF-8'?><Error><Code>NoSuchKey</Code>"
+    "<Message>The specified key does not exist.</Message><Details>No such object.</Details></Error>"
 )
 
 _NOT_FOUND_BODY = (
@@ -56,6 +70,9 @@ class NginxSettings:
       latency_s: first-byte delay added to every media read, seconds (0: none).
       rate_bytes_per_s: per-request bandwidth cap on media reads, bytes/s (0: none).
       workers: nginx worker processes.
+      upload_body_files: nginx writes upload bodies (JSON `/upload/...`, XML PUT/POST) to files
+        on the data disk and hands the emulator their path instead of the bytes (see the
+        module docstring); False proxies the bytes (kept to measure against).
     """
 
     listen_port: int
@@ -67,6 +84,12 @@ class NginxSettings:
     rate_bytes_per_s: int = 0
     workers: int = 2
     generations_root: str = ""
+    upload_body_files: bool = True
+
+    @property
+    def upload_body_dir(self) -> str:
+        """Where nginx writes upload bodies: `<data>/.uploads/nginx` (emulator_http.py)."""
+        return os.path.join(os.path.dirname(self.objects_root), UPLOADS_DIR, "nginx")
 
     @property
     def generations_dir(self) -> str:
@@ -125,11 +148,24 @@ def render(s: NginxSettings) -> str:
         if s.rate_bytes_per_s > 0
         else ""
     )
-    proxy = (
+    proxy_plain = (
         "proxy_pass http://emulator; proxy_http_version 1.1; "
         'proxy_set_header Connection ""; proxy_set_header Host $http_host; '
-        "proxy_read_timeout 600s; proxy_send_timeout 600s; "
-        "proxy_intercept_errors on; error_page 404 = @not_found;"
+        "proxy_read_timeout 600s; proxy_send_timeout 600s;"
+    )
+    # JSON API answers: the emulator's bare 404s get GCS's JSON body; XML ones keep their own.
+    proxy = f"{proxy_plain} proxy_intercept_errors on; error_page 404 = @not_found;"
+    # Uploads: nginx keeps the body in a file on the data disk and sends the emulator its path
+    # (and how long the request has run, for the latency model of upload answers).
+    upload_body = (
+        f"client_body_temp_path {_quoted(s.upload_body_dir)}; client_body_in_file_only clean; "
+        # Large reads of the body: fewer recv/write calls per upload.
+        f"client_body_buffer_size {UPLOAD_BODY_BUFFER_BYTES}; "
+        'proxy_pass_request_body off; proxy_set_header Content-Length ""; '
+        f"proxy_set_header {BODY_FILE_HEADER} $request_body_file; "
+        f"proxy_set_header {ELAPSED_HEADER} $request_time;"
+        if s.upload_body_files
+        else ""
     )
     # What every media answer gets, whichever generation it serves: logged, delayed and paced
     # like GCS, with its generation, and GCS's 404 body.
@@ -162,6 +198,8 @@ http {{
   client_max_body_size 0;
   recursive_error_pages on;
   map "$request_method:$arg_alt" $gcs_is_media {{ "GET:media" 1; "HEAD:media" 1; default ""; }}
+  # XML API object reads: GET/HEAD /BUCKET/OBJECT that are not about a multipart upload.
+  map "$request_method:$arg_uploadid" $gcs_is_xml_read {{ "GET:" 1; "HEAD:" 1; default ""; }}
   # generation= / ifGenerationMatch= of a media read: digits only (anything else is a 400).
   map $arg_generation $gcs_want_generation {{
     "" ""; "~^[0-9]{{1,19}}$" $arg_generation; default "bad";
@@ -179,6 +217,31 @@ http {{
       error_page 418 = @media;
       if ($gcs_is_media) {{ return 418; }}
       {proxy}
+    }}
+    # The XML API: /BUCKET/OBJECT, any first segment but the JSON API's (emulator_main.py).
+    location ~ {_XML_PATH} {{
+      error_page 418 = @xml_read;
+      if ($gcs_is_xml_read) {{ return 418; }}
+      {proxy_plain} {upload_body}
+    }}
+    location /upload/ {{ {proxy} {upload_body} }}
+    location @xml_read {{
+      root {_quoted(s.objects_root)};
+      {media_answer.replace("@not_found", "@xml_not_found")}
+      error_page 419 = @xml_read_generation;
+      if ($gcs_want_generation = bad) {{ return 400; }}
+      if ($gcs_want_generation) {{ return 419; }}
+      try_files /$gcs_bucket/$gcs_object =404;
+    }}
+    location @xml_read_generation {{
+      root {_quoted(s.generations_dir)};
+      {media_answer.replace("@not_found", "@xml_not_found")}
+      try_files /$gcs_bucket/$gcs_want_generation/$gcs_object =404;
+    }}
+    location @xml_not_found {{
+      access_log {_quoted(s.media_log)} gcs_media;
+      default_type application/xml;
+      return 404 "{_XML_NOT_FOUND_BODY}";
     }}
     location @media {{
       root {_quoted(s.objects_root)};

@@ -10,11 +10,10 @@ import dataclasses
 import http.client
 import os
 import tempfile
-import threading
-import urllib.parse
 
 import numpy as np
 
+from gcsckpt.bench.ceiling.pool import ConnectionPool
 from gcsckpt.bench.range_read.ranges import RangeSet
 from gcsckpt.io import RangeReader, RangeRequest
 from gcsckpt.io.endpoint import media_path
@@ -149,49 +148,25 @@ class GcsChunksClient:
 
 class RawPoolClient:
     """The raw parallel-GET ceiling: N Python threads, one keep-alive http.client connection
-    each, one ranged GET per range, bodies read with `readinto` straight into the destination.
+    each (`ceiling.pool.ConnectionPool`), one ranged GET per range, bodies read with
+    `readinto` straight into the destination.
     """
 
     def __init__(self, endpoint: str, bucket: str, name: str, concurrency: int, label: str):
-        url = urllib.parse.urlsplit(endpoint)
         self.name = label
         self.concurrency = concurrency
-        self._host, self._port = url.hostname, url.port
         self._path = media_path(bucket, name)
-        self._connections = [None] * concurrency
+        self._pool = ConnectionPool(endpoint, concurrency)
 
     def fits(self, range_set: RangeSet) -> bool:
         return True
 
     def run(self, range_set: RangeSet, dests: list[np.ndarray]) -> RoundCounts:
-        lock = threading.Lock()
-        todo = iter(range(len(range_set.offsets)))
-        errors: list[BaseException] = []
-
-        def worker(slot: int) -> None:
-            try:
-                while True:
-                    with lock:
-                        i = next(todo, None)
-                    if i is None:
-                        return
-                    self._get(slot, range_set.offsets[i], memoryview(dests[i]))
-            except BaseException as e:  # surfaced below, in the calling thread
-                errors.append(e)
-
-        threads = [threading.Thread(target=worker, args=(s,)) for s in range(self.concurrency)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        tasks = [(o, memoryview(d)) for o, d in zip(range_set.offsets, dests, strict=True)]
+        self._pool.run(tasks, lambda conn, task: self._get(conn, *task))
         return RoundCounts(len(range_set.offsets), range_set.useful_bytes)
 
-    def _get(self, slot: int, offset: int, dest: memoryview) -> None:
-        conn = self._connections[slot]
-        if conn is None:
-            conn = self._connections[slot] = http.client.HTTPConnection(self._host, self._port)
+    def _get(self, conn: http.client.HTTPConnection, offset: int, dest: memoryview) -> None:
         n = len(dest)
         conn.request("GET", self._path, headers={"Range": f"bytes={offset}-{offset + n - 1}"})
         resp = conn.getresponse()
@@ -209,9 +184,7 @@ class RawPoolClient:
         return dests_match(range_set, dests, source)
 
     def close(self) -> None:
-        for conn in self._connections:
-            if conn is not None:
-                conn.close()
+        self._pool.close()
 
 
 class CeilingClient:

@@ -1,0 +1,135 @@
+"""Request bodies as files and plain answers, for the upload handlers of emulator_main.py.
+
+An upload body is always a file on the data disk, so committing it is a rename and hashing it
+one read (emulator_storage.py). Behind nginx the body is the file nginx already wrote (its
+path comes in `X-Gcsckpt-Body-File`, see nginx_config.py); a request that comes straight to the
+emulator has its body streamed from the socket into a temp file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+
+# First path segments of the JSON API (and of the emulator's own routes); any other
+# `/BUCKET/OBJECT` path is the XML API (emulator_main.py routes it, nginx_config.py too).
+JSON_API_ROOTS = ("storage", "upload", "download", "batch", "b", "wipe")
+BODY_FILE_HEADER = "X-Gcsckpt-Body-File"  # set by nginx: the file holding the request body
+ELAPSED_HEADER = "X-Gcsckpt-Elapsed"  # set by nginx: seconds since the request's first byte
+_COPY_CHUNK_BYTES = 1 << 20
+
+
+class BadRequestBody(Exception):
+    """The request body cannot be read as declared (length, chunking, body file)."""
+
+
+def _stream_to_file(rfile, headers, path: str) -> int:
+    """Copies the request body (Content-Length or chunked) from `rfile` to `path`; bytes."""
+    buf = bytearray(_COPY_CHUNK_BYTES)
+    view = memoryview(buf)
+    total = 0
+    with open(path, "wb", buffering=0) as out:
+        length = headers.get("Content-Length")
+        if length is not None:
+            left = int(length)
+            while left > 0:
+                n = rfile.readinto(view[: min(left, len(buf))])
+                if not n:
+                    raise BadRequestBody(f"body ended after {total} of {length} bytes")
+                out.write(view[:n])
+                left -= n
+                total += n
+            return total
+        if (headers.get("Transfer-Encoding") or "").lower() != "chunked":
+            return 0
+        while True:
+            size = int(rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return total
+            left = size
+            while left > 0:
+                n = rfile.readinto(view[: min(left, len(buf))])
+                if not n:
+                    raise BadRequestBody("chunked body ended early")
+                out.write(view[:n])
+                left -= n
+                total += n
+            rfile.readline()
+
+
+def body_file(handler, storage) -> str:
+    """The request body as a file of its own on the data disk (the caller renames or removes it).
+
+    Raises:
+      BadRequestBody: a short body, or a body file outside the data disk's body folder.
+    """
+    path = storage.new_temp_path()
+    given = handler.headers.get(BODY_FILE_HEADER)
+    if given:
+        body_dir = os.path.join(storage.uploads_dir, "nginx")
+        if os.path.dirname(os.path.realpath(given)) != os.path.realpath(body_dir):
+            os.unlink(path)
+            raise BadRequestBody(f"body file {given!r} is not in {body_dir}")
+        # nginx removes its own name when the request ends; this link keeps the bytes.
+        os.unlink(path)
+        os.link(given, path)
+        return path
+    try:
+        _stream_to_file(handler.rfile, handler.headers, path)
+    except BaseException:
+        os.unlink(path)
+        raise
+    return path
+
+
+def read_small_body(handler, storage, limit: int = 16 << 20) -> bytes:
+    """The whole request body as bytes (metadata, XML documents); at most `limit` bytes."""
+    path = body_file(handler, storage)
+    try:
+        if os.path.getsize(path) > limit:
+            raise BadRequestBody(f"body of {os.path.getsize(path)} bytes, at most {limit}")
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        os.unlink(path)
+
+
+def request_started(handler) -> float:
+    """time.monotonic() of the request's first byte, as nginx saw it (else: now)."""
+    elapsed = handler.headers.get(ELAPSED_HEADER)
+    try:
+        return time.monotonic() - float(elapsed) if elapsed else time.monotonic()
+    except ValueError:
+        return time.monotonic()
+
+
+@dataclasses.dataclass(frozen=True)
+class Pacing:
+    """The latency model of uploads: first byte after `latency_s`, at most `rate_bytes_per_s`
+    per request (0: no cap)."""
+
+    latency_s: float = 0.0
+    rate_bytes_per_s: float = 0.0
+
+    def pace(self, started: float, nbytes: int) -> None:
+        """Sleeps until the answer is due for a request that began at `started` (monotonic)."""
+        due = started + self.latency_s
+        if self.rate_bytes_per_s > 0:
+            due += nbytes / self.rate_bytes_per_s
+        delay = due - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+
+def send(handler, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+    """Writes one complete answer (keep-alive: always with Content-Length)."""
+    handler.send_response(status)
+    for key, value in (headers or {}).items():
+        handler.send_header(key, value)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    if body and handler.command != "HEAD":
+        handler.wfile.write(body)

@@ -1,0 +1,434 @@
+"""The JSON API uploads of LocalGCS: media, multipart (multipart/related) and resumable.
+
+Used by emulator_main.py for `POST|PUT|DELETE /upload/storage/v1/b/B/o...`, in place of the
+emulator's own handlers, which read every body into Python bytes and write it again on the
+emulator's one thread. Here the body is a file nginx already wrote (emulator_http.py): a media
+upload's body is renamed into place; a multipart upload's content part and a resumable chunk
+are copied into place in the kernel (copy_file_range). crc32c and md5 are read from the file
+(emulator_storage.file_checksums); resumable sessions hash each chunk as it arrives, so the
+final request costs one chunk. Only the commit (precondition, generation, rename, the
+emulator's object table) is under the storage lock.
+
+As GCS answers (the parts clients rely on):
+
+- media / multipart: 200 with the object resource (`generation`, `size`, `crc32c`, `md5Hash`
+  as base64 of the big-endian CRC32C and of the MD5); a `crc32c` / `md5Hash` the client put in
+  multipart metadata that does not match the bytes answers 400; `ifGenerationMatch` 412.
+- resumable: `POST ?uploadType=resumable` checks `ifGenerationMatch` and answers 200 with the
+  session URL in `Location` (`...&upload_id=ID`). `PUT` with `Content-Range: bytes S-E/T|*`
+  appends the chunk (a chunk starting before the committed offset has its known prefix skipped,
+  so a retried chunk is harmless; one starting after it answers 400, naming the offset), and
+  answers 308 with `Range: bytes=0-K` (no Range while nothing is committed), or, once T bytes
+  are in, commits the object (ifGenerationMatch checked again) and answers 200 with it.
+  `PUT` with `Content-Range: bytes */T` or `bytes */*` and no body is the status query: 308 +
+  Range, or the object (200) once the upload is complete, also when asked again later (so a
+  client whose final answer was lost learns that it landed). A body without Content-Range is
+  the whole object. `DELETE` on the session URL cancels it (499, as GCS). Unknown sessions 404.
+- Upload answers wait out the latency model when one is on (`pace`): first byte `latency_s`
+  after the request's first byte, and no faster than `rate_bytes_per_s` for the body.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import secrets
+import threading
+import urllib.parse
+
+from emulator_http import (
+    BadRequestBody,
+    Pacing,
+    body_file,
+    read_small_body,
+    request_started,
+    send,
+)
+from emulator_storage import (
+    BucketNotFound,
+    Checksums,
+    PreconditionFailed,
+    copy_range,
+    file_checksums,
+)
+
+_RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)")
+_HEAD_BYTES = 1 << 20  # a multipart upload's metadata part lies within its first MiB
+
+
+class UploadError(Exception):
+    """One JSON API error answer: HTTP status, reason, message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason = status, reason
+
+    def body(self) -> bytes:
+        return json.dumps(
+            {
+                "error": {
+                    "code": self.status,
+                    "message": str(self),
+                    "errors": [{"domain": "global", "reason": self.reason, "message": str(self)}],
+                }
+            }
+        ).encode()
+
+
+@dataclasses.dataclass
+class _Session:
+    bucket: str
+    name: str
+    metadata: dict
+    content_type: str
+    if_generation_match: str | None
+    path: str
+    committed: int = 0
+    md5: object = dataclasses.field(default_factory=hashlib.md5)
+    crc: object = None
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+
+class JSONUploads:
+    """The JSON API upload handlers over one GenerationStorage (emulator_storage.py)."""
+
+    def __init__(self, storage, make_object_resource, pacing: Pacing | None = None) -> None:
+        self._storage = storage
+        self._make_object = make_object_resource  # the emulator's own object resource builder
+        self._pacing = pacing or Pacing()
+        self._sessions: dict[str, _Session] = {}
+        self._completed: dict[str, dict] = {}  # upload_id -> the object it made
+        self._lock = threading.Lock()
+        self._dir = os.path.join(storage.uploads_dir, "resumable")
+        os.makedirs(self._dir, exist_ok=True)
+
+    def handle(self, handler, method: str, bucket: str, query: dict) -> None:
+        """Answers one `/upload/storage/v1/b/{bucket}/o` request (query: parse_qs of the URL)."""
+        started = request_started(handler)
+        try:
+            status, obj, headers, nbytes = self._route(handler, method, bucket, query)
+        except UploadError as err:
+            return send(handler, err.status, err.body(), {"Content-Type": "application/json"})
+        except PreconditionFailed as err:
+            e = UploadError(412, "conditionNotMet", f"Precondition Failed: {err}")
+            return send(handler, 412, e.body(), {"Content-Type": "application/json"})
+        except BucketNotFound as err:
+            e = UploadError(404, "notFound", f"The specified bucket does not exist: {err}")
+            return send(handler, 404, e.body(), {"Content-Type": "application/json"})
+        except BadRequestBody as err:
+            e = UploadError(400, "invalid", f"Bad request body: {err}")
+            return send(handler, 400, e.body(), {"Content-Type": "application/json"})
+        self._pacing.pace(started, nbytes)
+        body = json.dumps(obj).encode() if obj is not None else b""
+        if obj is not None:
+            headers = {**headers, "Content-Type": "application/json; charset=UTF-8"}
+        send(handler, status, body, headers)
+
+    def _route(self, handler, method, bucket, query):
+        upload_id = (query.get("upload_id") or [None])[0]
+        if upload_id is not None:
+            if method == "DELETE":
+                return self._cancel(upload_id)
+            return self._chunk(handler, upload_id)
+        kind = (query.get("uploadType") or [""])[0]
+        if method != "POST" or kind not in ("media", "multipart", "resumable"):
+            raise UploadError(400, "invalid", f"unsupported upload: {method} uploadType={kind!r}")
+        if kind == "resumable":
+            return self._start(handler, bucket, query)
+        if kind == "multipart":
+            return self._multipart(handler, bucket, query)
+        return self._media(handler, bucket, query)
+
+    # one-request uploads ---------------------------------------------------------------------
+
+    def _new_object(self, handler, bucket, name, content_type, metadata, sums) -> dict:
+        for field, have in (("crc32c", sums.crc32c), ("md5Hash", sums.md5)):
+            sent = (metadata or {}).get(field)
+            if sent and sent != have:
+                raise UploadError(
+                    400,
+                    "invalid",
+                    f"Provided {field} {sent!r} doesn't match the received "
+                    f"bytes' {have!r} (gs://{bucket}/{name})",
+                )
+        obj = self._make_object(
+            f"http://{handler.headers.get('Host') or '127.0.0.1'}",
+            bucket,
+            name,
+            content_type,
+            str(sums.size),
+            metadata or None,
+        )
+        # A new object's metageneration is 1 (the emulator counts its metadata as a patch).
+        obj.update(crc32c=sums.crc32c, md5Hash=sums.md5, etag=sums.md5, metageneration="1")
+        return obj
+
+    @staticmethod
+    def _name(query: dict, metadata: dict | None) -> str:
+        name = (query.get("name") or [None])[0] or (metadata or {}).get("name")
+        if not name:
+            raise UploadError(400, "required", "Required parameter: name")
+        return name
+
+    @staticmethod
+    def _precondition(query: dict) -> str | None:
+        return (query.get("ifGenerationMatch") or [None])[0]
+
+    def _commit(self, handler, bucket, name, path, content_type, metadata, query, sums=None):
+        sums = sums or file_checksums(path)
+        obj = self._new_object(handler, bucket, name, content_type, metadata, sums)
+        self._storage.commit_file(bucket, name, path, obj, self._precondition(query))
+        return obj, sums.size
+
+    def _media(self, handler, bucket, query):
+        self._storage.require_bucket(bucket)
+        name = self._name(query, None)
+        path = body_file(handler, self._storage)
+        try:
+            content_type = handler.headers.get("Content-Type") or "application/octet-stream"
+            obj, size = self._commit(handler, bucket, name, path, content_type, None, query)
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+        return 200, obj, {}, size
+
+    def _multipart(self, handler, bucket, query):
+        self._storage.require_bucket(bucket)
+        match = re.search(r'boundary="?([^";]+)"?', handler.headers.get("Content-Type") or "")
+        if not match:
+            raise UploadError(400, "invalid", "multipart upload without a boundary")
+        path = body_file(handler, self._storage)
+        content = self._storage.new_temp_path()
+        try:
+            metadata, content_type, start, length = _split_multipart(path, match.group(1))
+            name = self._name(query, metadata)
+            fd = os.open(content, os.O_WRONLY)
+            try:
+                copy_range(path, fd, 0, length, src_offset=start)
+            finally:
+                os.close(fd)
+            obj, size = self._commit(handler, bucket, name, content, content_type, metadata, query)
+        finally:
+            for p in (path, content):
+                if os.path.exists(p):
+                    os.unlink(p)
+        return 200, obj, {}, size
+
+    # resumable uploads -------------------------------------------------------------------------
+
+    def _start(self, handler, bucket, query):
+        raw = read_small_body(handler, self._storage)
+        try:
+            metadata = json.loads(raw) if raw.strip() else {}
+        except ValueError as err:
+            raise UploadError(400, "parseError", f"resumable metadata is not JSON: {err}") from err
+        name = self._name(query, metadata)
+        with self._storage.lock:
+            self._storage.require_bucket(bucket)
+            self._storage.check_precondition(bucket, name, self._precondition(query))
+        upload_id = secrets.token_urlsafe(24)
+        path = os.path.join(self._dir, upload_id)
+        open(path, "wb").close()
+        content_type = (
+            handler.headers.get("X-Upload-Content-Type")
+            or metadata.get("contentType")
+            or "application/octet-stream"
+        )
+        import google_crc32c
+
+        session = _Session(
+            bucket,
+            name,
+            metadata,
+            content_type,
+            self._precondition(query),
+            path,
+            crc=google_crc32c.Checksum(),
+        )
+        with self._lock:
+            self._sessions[upload_id] = session
+        host = handler.headers.get("Host") or "127.0.0.1"
+        params = {k: v[0] for k, v in query.items() if k != "upload_id"}
+        location = (
+            f"http://{host}/upload/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o?"
+            + urllib.parse.urlencode({**params, "upload_id": upload_id})
+        )
+        return 200, None, {"Location": location}, 0
+
+    def _cancel(self, upload_id):
+        with self._lock:
+            session = self._sessions.pop(upload_id, None)
+        if session is None:
+            raise UploadError(404, "notFound", f"No such upload session: {upload_id}")
+        with session.lock:
+            if os.path.exists(session.path):
+                os.unlink(session.path)
+        return 499, None, {}, 0
+
+    def _chunk(self, handler, upload_id):
+        with self._lock:
+            session = self._sessions.get(upload_id)
+            done = self._completed.get(upload_id)
+        if session is None:
+            if done is not None:
+                body_file_path = body_file(handler, self._storage)  # drain, then report it
+                os.unlink(body_file_path)
+                return 200, done, {}, 0
+            raise UploadError(404, "notFound", f"No such upload session: {upload_id}")
+        header = (handler.headers.get("Content-Range") or "").strip()
+        match = _RANGE.fullmatch(header) if header else None
+        if header and match is None:
+            raise UploadError(400, "invalid", f"bad Content-Range {header!r}")
+        path = body_file(handler, self._storage)
+        try:
+            with session.lock:
+                if self._sessions.get(upload_id) is not session:
+                    with self._lock:
+                        done = self._completed.get(upload_id)
+                    if done is None:
+                        raise UploadError(404, "notFound", f"No such upload session: {upload_id}")
+                    return 200, done, {}, 0
+                size = os.path.getsize(path)
+                if match is None:  # the whole object in one request
+                    first, total = 0, size
+                elif match.group(1) is None:  # bytes */T: the status query
+                    first, total = session.committed, _total(match.group(3))
+                    if size:
+                        raise UploadError(400, "invalid", "a status query carries no body")
+                else:
+                    first, last = int(match.group(1)), int(match.group(2))
+                    total = _total(match.group(3))
+                    if last - first + 1 != size:
+                        raise UploadError(
+                            400,
+                            "invalid",
+                            f"Content-Range {header!r} declares "
+                            f"{last - first + 1} bytes, the body has {size}",
+                        )
+                if first > session.committed:
+                    raise UploadError(
+                        400,
+                        "invalid",
+                        f"chunk starts at byte {first}, but only "
+                        f"{session.committed} bytes of gs://{session.bucket}/{session.name} are "
+                        "committed; query the session and resume from there",
+                    )
+                skip = session.committed - first
+                if size > skip:
+                    self._append(session, path, skip, size - skip)
+                if total is not None and session.committed > total:
+                    raise UploadError(
+                        400,
+                        "invalid",
+                        f"{session.committed} bytes committed, more than the "
+                        f"declared total {total}",
+                    )
+                if total is not None and session.committed == total:
+                    obj = self._finish(handler, upload_id, session)
+                    return 200, obj, {}, size
+                headers = {}
+                if session.committed:
+                    headers["Range"] = f"bytes=0-{session.committed - 1}"
+                return 308, None, headers, size
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+
+    def _append(self, session: _Session, path: str, offset: int, length: int) -> None:
+        sums_chunk = 8 << 20
+        with open(path, "rb", buffering=0) as f:
+            f.seek(offset)
+            left = length
+            while left:
+                data = f.read(min(left, sums_chunk))
+                if not data:
+                    raise BadRequestBody(f"body file ended {left} bytes early")
+                session.md5.update(data)
+                session.crc.update(data)
+                left -= len(data)
+        if session.committed == 0 and offset == 0:
+            os.replace(path, session.path)  # the first chunk becomes the session's file
+        else:
+            fd = os.open(session.path, os.O_WRONLY)
+            try:
+                copy_range(path, fd, session.committed, length, src_offset=offset)
+            finally:
+                os.close(fd)
+        session.committed += length
+
+    def _finish(self, handler, upload_id: str, session: _Session) -> dict:
+        digest, crc = session.md5.digest(), session.crc.digest()
+        sums = Checksums(
+            size=session.committed,
+            crc32c=base64.b64encode(crc).decode("ascii"),
+            md5=base64.b64encode(digest).decode("ascii"),
+            md5_hex=digest.hex(),
+            crc32c_int=int.from_bytes(crc, "big"),
+        )
+        meta = {k: v for k, v in session.metadata.items() if k != "name"}
+        obj = self._new_object(
+            handler, session.bucket, session.name, session.content_type, meta, sums
+        )
+        try:
+            self._storage.commit_file(
+                session.bucket, session.name, session.path, obj, session.if_generation_match
+            )
+        except BaseException:
+            with self._lock:  # the commit consumed the bytes: the session is over (as GCS)
+                self._sessions.pop(upload_id, None)
+            raise
+        with self._lock:
+            self._sessions.pop(upload_id, None)
+            self._completed[upload_id] = obj
+        return obj
+
+
+def _total(text: str) -> int | None:
+    return None if text == "*" else int(text)
+
+
+def _split_multipart(path: str, boundary: str) -> tuple[dict, str, int, int]:
+    """(metadata, content type, content offset, content length) of a multipart/related body
+    of two parts (JSON metadata, then the content), read from its head and tail only.
+
+    Line breaks are CRLF (RFC 2046; google-cloud-storage) or bare LF (gcsfs), as the first
+    delimiter line has them; the content is exactly what lies between its part headers and the
+    closing delimiter's line break.
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(min(size, _HEAD_BYTES))
+        f.seek(max(0, size - 4096))
+        tail_at = f.tell()
+        tail = f.read()
+    delim = b"--" + boundary.encode()
+    first = head.find(delim)
+    if first < 0:
+        raise UploadError(400, "invalid", f"multipart body without the boundary {boundary!r}")
+    eol = b"\r\n" if head[first + len(delim) : first + len(delim) + 2] == b"\r\n" else b"\n"
+    headers_end = head.find(eol + eol, first)
+    second = head.find(eol + delim + eol, headers_end)
+    content_headers_end = head.find(eol + eol, second + len(eol))
+    if min(headers_end, second, content_headers_end) < 0:
+        raise UploadError(400, "invalid", "multipart body without its two parts")
+    try:
+        metadata = json.loads(head[headers_end + 2 * len(eol) : second] or b"{}")
+    except ValueError as err:
+        raise UploadError(400, "parseError", f"multipart metadata is not JSON: {err}") from err
+    content_type = "application/octet-stream"
+    for line in head[second + 2 * len(eol) + len(delim) : content_headers_end].split(eol):
+        key, _, value = line.decode("latin-1").partition(":")
+        if key.strip().lower() == "content-type":
+            content_type = value.strip()
+    start = content_headers_end + 2 * len(eol)
+    end_at = tail.rfind(eol + delim + b"--")
+    if end_at < 0:
+        raise UploadError(400, "invalid", "multipart body without its closing delimiter")
+    end = tail_at + end_at
+    if end < start:
+        raise UploadError(400, "invalid", "multipart content part ends before it starts")
+    return metadata, metadata.get("contentType") or content_type, start, end - start

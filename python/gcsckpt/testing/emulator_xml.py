@@ -1,0 +1,449 @@
+"""The XML API uploads of LocalGCS: simple PUT and multipart upload (MPU); used by emulator_main.py.
+
+Why: google-cloud-storage's `transfer_manager.upload_chunks_concurrently`, and with it the
+writers of multi-storage-client and gcs-torch-dataflux, upload large objects with the XML MPU
+(`{api_endpoint}/{bucket}/{quoted object}`, path style on the same host as the JSON API, also
+with STORAGE_EMULATOR_HOST); gcp-storage-emulator has none of it. Implemented as GCS documents
+it (https://cloud.google.com/storage/docs/xml-api/post-object-multipart and its neighbours):
+
+- `PUT /B/O` (no query): the body becomes the object; `x-goog-if-generation-match`,
+  `Content-MD5` / `x-goog-hash` checked; answers ETag `"<md5 hex>"`, `x-goog-generation`,
+  `x-goog-hash: crc32c=..,md5=..`.
+- `POST /B/O?uploads`: InitiateMultipartUploadResult with an UploadId; Content-Type and
+  `x-goog-meta-*` are kept for the object; `x-goog-if-generation-match` is checked here and
+  again at completion.
+- `PUT /B/O?partNumber=N&uploadId=U` (1 <= N <= 10000; a repeated N replaces the part): answers
+  ETag `"<md5 hex>"` and `x-goog-hash` of the part.
+- `GET /B/O?uploadId=U`: ListPartsResult.
+- `POST /B/O?uploadId=U` with CompleteMultipartUpload: the listed parts, concatenated in the
+  kernel (copy_file_range), become the object in one commit (a new generation, atomically);
+  the object's crc32c and md5Hash are computed over the whole; `x-goog-if-generation-match`
+  (header, else the one given at initiation) answers 412. Errors as GCS: NoSuchUpload (404),
+  InvalidPart (400: a part not uploaded or its ETag differs), InvalidPartOrder (400: numbers
+  not ascending), EntityTooSmall (400: a part but the last under 5 MiB), MalformedXML (400).
+- `DELETE /B/O?uploadId=U`: 204; the parts are gone.
+
+Reads (`GET`/`HEAD /B/O`) are nginx's (from disk, like JSON media reads; see nginx_config.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import secrets
+import shutil
+import threading
+import xml.etree.ElementTree as ET
+from xml.sax.saxutils import escape
+
+from emulator_http import (
+    BadRequestBody,
+    Pacing,
+    body_file,
+    read_small_body,
+    request_started,
+    send,
+)
+from emulator_storage import (
+    BucketNotFound,
+    Checksums,
+    PreconditionFailed,
+    copy_range,
+    file_checksums,
+)
+
+S3_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
+MIN_PART_BYTES = 5 << 20  # every part but the last
+MAX_PART_NUMBER = 10_000
+# What the XML API keeps of an upload's headers as object metadata fields.
+_HEADER_FIELDS = {
+    "cache-control": "cacheControl",
+    "content-disposition": "contentDisposition",
+    "content-encoding": "contentEncoding",
+    "content-language": "contentLanguage",
+}
+
+
+class XMLError(Exception):
+    """One GCS XML API error answer: status, Code, Message, Details."""
+
+    def __init__(self, status: int, code: str, message: str, details: str = "") -> None:
+        super().__init__(f"{status} {code}: {message} {details}")
+        self.status, self.code, self.message, self.details = status, code, message, details
+
+    def body(self) -> bytes:
+        return (
+            "<?xml version='1.0' encoding='UTF-8'?><Error>"
+            f"<Code>{escape(self.code)}</Code><Message>{escape(self.message)}</Message>"
+            f"<Details>{escape(self.details)}</Details></Error>"
+        ).encode()
+
+
+def _no_such_upload(upload_id: str) -> XMLError:
+    return XMLError(
+        404,
+        "NoSuchUpload",
+        "The requested upload was not found.",
+        f"No such upload: {upload_id}",
+    )
+
+
+@dataclasses.dataclass
+class _Part:
+    path: str
+    sums: Checksums
+
+
+@dataclasses.dataclass
+class _Session:
+    bucket: str
+    name: str
+    folder: str
+    content_type: str
+    metadata: dict
+    if_generation_match: str | None
+    parts: dict[int, _Part] = dataclasses.field(default_factory=dict)
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+
+def _etag(sums: Checksums) -> str:
+    return f'"{sums.md5_hex}"'
+
+
+def _hash_header(sums: Checksums) -> str:
+    return f"crc32c={sums.crc32c},md5={sums.md5}"
+
+
+def _object_metadata(headers) -> tuple[str, dict]:
+    """(content type, object metadata fields) from XML request headers."""
+    meta: dict = {}
+    custom = {}
+    for key, value in headers.items():
+        low = key.lower()
+        if low.startswith("x-goog-meta-"):
+            custom[key[len("x-goog-meta-") :]] = value
+        elif low in _HEADER_FIELDS:
+            meta[_HEADER_FIELDS[low]] = value
+    if custom:
+        meta["metadata"] = custom
+    return headers.get("Content-Type") or "application/octet-stream", meta
+
+
+def _check_digests(headers, sums: Checksums) -> None:
+    """Content-MD5 and x-goog-hash sent by the client must match the bytes received."""
+    sent_md5 = headers.get("Content-MD5")
+    if sent_md5 and sent_md5 != sums.md5:
+        raise XMLError(
+            400,
+            "BadDigest",
+            "The Content-MD5 you specified did not match what we received.",
+            f"Content-MD5 {sent_md5}, received bytes have {sums.md5}",
+        )
+    for item in ",".join(headers.get_all("x-goog-hash") or []).split(","):
+        label, _, value = item.strip().partition("=")
+        have = {"crc32c": sums.crc32c, "md5": sums.md5}.get(label)
+        if have is not None and value and value != have:
+            raise XMLError(
+                400,
+                "BadDigest",
+                f"The {label} you specified did not match what we received.",
+                f"x-goog-hash {label}={value}, received bytes have {have}",
+            )
+
+
+class XMLUploads:
+    """The XML API upload handlers over one GenerationStorage (emulator_storage.py)."""
+
+    def __init__(self, storage, make_object_resource, pacing: Pacing | None = None) -> None:
+        self._storage = storage
+        self._pacing = pacing or Pacing()
+        self._make_object = make_object_resource  # the emulator's own object resource builder
+        self._sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+
+    def handle(self, handler, method: str, bucket: str, name: str, query: dict) -> None:
+        """Answers one XML API request for gs://bucket/name (query: parse_qs of the URL)."""
+        handler.gcs_started = request_started(handler)  # per request (threads share self)
+        try:
+            self._route(handler, method, bucket, name, query)
+        except XMLError as err:
+            send(handler, err.status, err.body(), {"Content-Type": "application/xml"})
+        except PreconditionFailed as err:
+            e = XMLError(
+                412,
+                "PreconditionFailed",
+                "At least one of the pre-conditions you specified did not hold.",
+                str(err),
+            )
+            send(handler, 412, e.body(), {"Content-Type": "application/xml"})
+        except BucketNotFound as err:
+            e = XMLError(404, "NoSuchBucket", "The specified bucket does not exist.", str(err))
+            send(handler, 404, e.body(), {"Content-Type": "application/xml"})
+        except BadRequestBody as err:
+            e = XMLError(400, "IncompleteBody", "The request body is incomplete.", str(err))
+            send(handler, 400, e.body(), {"Content-Type": "application/xml"})
+
+    def _route(self, handler, method: str, bucket: str, name: str, query: dict) -> None:
+        upload_id = (query.get("uploadId") or [None])[0]
+        if method == "POST" and "uploads" in query:
+            return self._initiate(handler, bucket, name)
+        if method == "PUT" and upload_id is not None:
+            return self._put_part(handler, bucket, name, upload_id, query)
+        if method == "PUT":
+            return self._put_object(handler, bucket, name)
+        if method == "POST" and upload_id is not None:
+            return self._complete(handler, bucket, name, upload_id)
+        if method == "DELETE" and upload_id is not None:
+            return self._abort(handler, bucket, name, upload_id)
+        if method == "GET" and upload_id is not None:
+            return self._list_parts(handler, bucket, name, upload_id)
+        raise XMLError(
+            501,
+            "NotImplemented",
+            "A header or query you provided implies functionality that is not implemented.",
+            f"{method} {handler.path}",
+        )
+
+    # simple upload -----------------------------------------------------------------------------
+
+    def _new_object(self, handler, bucket: str, name: str, content_type, meta, sums) -> dict:
+        obj = self._make_object(
+            f"http://{handler.headers.get('Host') or '127.0.0.1'}",
+            bucket,
+            name,
+            content_type,
+            str(sums.size),
+            meta or None,
+        )
+        # A new object's metageneration is 1 (the emulator counts its metadata as a patch).
+        obj.update(crc32c=sums.crc32c, md5Hash=sums.md5, etag=sums.md5, metageneration="1")
+        return obj
+
+    def _object_headers(self, obj: dict, sums: Checksums, etag: str) -> dict[str, str]:
+        return {
+            "ETag": etag,
+            "x-goog-generation": obj["generation"],
+            "x-goog-metageneration": obj.get("metageneration", "1"),
+            "x-goog-hash": _hash_header(sums),
+            "x-goog-stored-content-length": str(sums.size),
+        }
+
+    def _put_object(self, handler, bucket: str, name: str) -> None:
+        self._storage.require_bucket(bucket)
+        path = body_file(handler, self._storage)
+        try:
+            sums = file_checksums(path)
+            _check_digests(handler.headers, sums)
+            content_type, meta = _object_metadata(handler.headers)
+            obj = self._new_object(handler, bucket, name, content_type, meta, sums)
+            wanted = handler.headers.get("x-goog-if-generation-match")
+            self._storage.commit_file(bucket, name, path, obj, wanted)
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+        self._pacing.pace(handler.gcs_started, sums.size)
+        send(handler, 200, b"", self._object_headers(obj, sums, _etag(sums)))
+
+    # multipart upload --------------------------------------------------------------------------
+
+    def _session(self, bucket: str, name: str, upload_id: str) -> _Session:
+        with self._lock:
+            session = self._sessions.get(upload_id)
+        if session is None or (session.bucket, session.name) != (bucket, name):
+            raise _no_such_upload(upload_id)
+        return session
+
+    def _initiate(self, handler, bucket: str, name: str) -> None:
+        read_small_body(handler, self._storage)  # none expected; keeps the connection in step
+        wanted = handler.headers.get("x-goog-if-generation-match")
+        with self._storage.lock:
+            self._storage.require_bucket(bucket)
+            self._storage.check_precondition(bucket, name, wanted)
+        content_type, meta = _object_metadata(handler.headers)
+        upload_id = secrets.token_urlsafe(32)
+        folder = os.path.join(self._storage.uploads_dir, "xml", upload_id)
+        os.makedirs(folder)
+        with self._lock:
+            self._sessions[upload_id] = _Session(bucket, name, folder, content_type, meta, wanted)
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            f'<InitiateMultipartUploadResult xmlns="{S3_NAMESPACE}">'
+            f"<Bucket>{escape(bucket)}</Bucket><Key>{escape(name)}</Key>"
+            f"<UploadId>{upload_id}</UploadId></InitiateMultipartUploadResult>"
+        ).encode()
+        send(handler, 200, body, {"Content-Type": "application/xml"})
+
+    def _put_part(self, handler, bucket, name, upload_id, query) -> None:
+        session = self._session(bucket, name, upload_id)
+        raw = (query.get("partNumber") or [""])[0]
+        if not re.fullmatch(r"[0-9]{1,5}", raw) or not 1 <= int(raw) <= MAX_PART_NUMBER:
+            raise XMLError(
+                400,
+                "InvalidArgument",
+                "Part number must be an integer between 1 and 10000, inclusive.",
+                f"partNumber={raw!r}",
+            )
+        number = int(raw)
+        path = body_file(handler, self._storage)
+        try:
+            sums = file_checksums(path)
+            _check_digests(handler.headers, sums)
+            with session.lock:
+                if self._sessions.get(upload_id) is not session:
+                    raise _no_such_upload(upload_id)
+                dest = os.path.join(session.folder, str(number))
+                os.replace(path, dest)
+                session.parts[number] = _Part(dest, sums)
+        finally:
+            if os.path.exists(path):
+                os.unlink(path)
+        self._pacing.pace(handler.gcs_started, sums.size)
+        send(handler, 200, b"", {"ETag": _etag(sums), "x-goog-hash": _hash_header(sums)})
+
+    def _list_parts(self, handler, bucket, name, upload_id) -> None:
+        session = self._session(bucket, name, upload_id)
+        with session.lock:
+            parts = sorted(session.parts.items())
+        items = "".join(
+            f"<Part><PartNumber>{n}</PartNumber><ETag>{escape(_etag(p.sums))}</ETag>"
+            f"<Size>{p.sums.size}</Size></Part>"
+            for n, p in parts
+        )
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            f'<ListPartsResult xmlns="{S3_NAMESPACE}"><Bucket>{escape(bucket)}</Bucket>'
+            f"<Key>{escape(name)}</Key><UploadId>{upload_id}</UploadId>"
+            f"<IsTruncated>false</IsTruncated>{items}</ListPartsResult>"
+        ).encode()
+        send(handler, 200, body, {"Content-Type": "application/xml"})
+
+    @staticmethod
+    def _parse_complete(doc: bytes) -> list[tuple[int, str]]:
+        """[(part number, ETag without quotes)] of a CompleteMultipartUpload document."""
+        try:
+            root = ET.fromstring(doc)
+        except ET.ParseError as err:
+            raise XMLError(
+                400,
+                "MalformedXML",
+                "The XML you provided was not well-formed or did not "
+                "validate against our published schema.",
+                str(err),
+            ) from err
+        local = lambda tag: tag.rsplit("}", 1)[-1]  # noqa: E731 (namespace optional)
+        listed = []
+        if local(root.tag) != "CompleteMultipartUpload":
+            raise XMLError(
+                400,
+                "MalformedXML",
+                "The XML you provided was not well-formed.",
+                f"root element {local(root.tag)!r}",
+            )
+        for part in root:
+            if local(part.tag) != "Part":
+                continue
+            fields = {local(child.tag): (child.text or "").strip() for child in part}
+            if not re.fullmatch(r"[0-9]{1,5}", fields.get("PartNumber", "")):
+                raise XMLError(
+                    400,
+                    "MalformedXML",
+                    "The XML you provided was not well-formed.",
+                    f"PartNumber {fields.get('PartNumber')!r}",
+                )
+            listed.append((int(fields["PartNumber"]), fields.get("ETag", "").strip('"')))
+        if not listed:
+            raise XMLError(
+                400, "MalformedXML", "The XML you provided was not well-formed.", "no Part elements"
+            )
+        return listed
+
+    def _complete(self, handler, bucket, name, upload_id) -> None:
+        session = self._session(bucket, name, upload_id)
+        listed = self._parse_complete(read_small_body(handler, self._storage))
+        with session.lock:
+            if self._sessions.get(upload_id) is not session:
+                raise _no_such_upload(upload_id)
+            numbers = [n for n, _ in listed]
+            if any(b <= a for a, b in zip(numbers, numbers[1:], strict=False)):
+                raise XMLError(
+                    400,
+                    "InvalidPartOrder",
+                    "The list of parts was not in ascending order. The "
+                    "parts list must be specified in order by part number.",
+                    f"parts {numbers}",
+                )
+            chosen = []
+            for n, etag in listed:
+                part = session.parts.get(n)
+                if part is None or etag != part.sums.md5_hex:
+                    raise XMLError(
+                        400,
+                        "InvalidPart",
+                        "One or more of the specified parts could not be "
+                        "found. The part might not have been uploaded, or the specified entity "
+                        "tag might not have matched the part's entity tag.",
+                        f"part {n}: "
+                        + (
+                            "not uploaded"
+                            if part is None
+                            else f"ETag {etag!r}, uploaded {part.sums.md5_hex!r}"
+                        ),
+                    )
+                chosen.append((n, part))
+            for n, part in chosen[:-1]:
+                if part.sums.size < MIN_PART_BYTES:
+                    raise XMLError(
+                        400,
+                        "EntityTooSmall",
+                        "Your proposed upload is smaller than the minimum allowed object size.",
+                        f"part {n} has {part.sums.size} bytes, every "
+                        f"part but the last needs {MIN_PART_BYTES}",
+                    )
+            wanted = handler.headers.get("x-goog-if-generation-match") or (
+                session.if_generation_match
+            )
+            whole = self._storage.new_temp_path()
+            try:
+                fd = os.open(whole, os.O_WRONLY)
+                try:
+                    at = 0
+                    for _, part in chosen:
+                        copy_range(part.path, fd, at, part.sums.size)
+                        at += part.sums.size
+                finally:
+                    os.close(fd)
+                sums = file_checksums(whole)
+                obj = self._new_object(
+                    handler, bucket, name, session.content_type, session.metadata, sums
+                )
+                obj["etag"] = f"{sums.md5_hex}-{len(chosen)}"
+                self._storage.commit_file(bucket, name, whole, obj, wanted)
+            finally:
+                if os.path.exists(whole):
+                    os.unlink(whole)
+            self._drop(upload_id)
+        etag = f'"{sums.md5_hex}-{len(chosen)}"'
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            f'<CompleteMultipartUploadResult xmlns="{S3_NAMESPACE}">'
+            f"<Location>http://{escape(handler.headers.get('Host') or '')}/{escape(bucket)}/"
+            f"{escape(name)}</Location><Bucket>{escape(bucket)}</Bucket>"
+            f"<Key>{escape(name)}</Key><ETag>{escape(etag)}</ETag>"
+            "</CompleteMultipartUploadResult>"
+        ).encode()
+        headers = self._object_headers(obj, sums, etag)
+        headers["Content-Type"] = "application/xml"
+        send(handler, 200, body, headers)
+
+    def _drop(self, upload_id: str) -> None:
+        with self._lock:
+            session = self._sessions.pop(upload_id, None)
+        if session is not None:
+            shutil.rmtree(session.folder, ignore_errors=True)
+
+    def _abort(self, handler, bucket, name, upload_id) -> None:
+        session = self._session(bucket, name, upload_id)
+        with session.lock:
+            self._drop(upload_id)
+        send(handler, 204)
