@@ -23,7 +23,7 @@ Readers (``--readers``) and writers (``--writers``):
   docs and demos use, i.e. its defaults: the writer keeps torch's ``thread_count=1`` and
   uploads every object (``.metadata`` too) as an XML multipart upload of 32 MiB parts, 8 at a
   time, each part with its CRC32C; the reader downloads each object a rank reads whole into
-  memory. gcs-torch-dataflux 1.4.0 imports a google-cloud-storage 2.x helper that 3.x removed,
+  memory. One fix makes its writer work with torch 2.13 at all (see :func:`_dataflux_classes`). gcs-torch-dataflux 1.4.0 imports a google-cloud-storage 2.x helper that 3.x removed,
   so this arm's rank processes run on a venv of their own (``DATAFLUX_PYTHON``, built by
   ``tools/peers/dataflux/venv.sh`` from its own lock, google-cloud-storage 2.19.0). Its
   ``dataflux_pytorch.lightning`` package ``__init__`` imports lightning (a training framework)
@@ -175,6 +175,7 @@ def writer_settings(writer: str, emulator: bool) -> dict[str, Any]:
             "part_workers": DATAFLUX_PART_WORKERS,
             "part_checksum": "crc32c",
             "anonymous_credentials": emulator,
+            "compat": "second close() of the upload buffer is a no-op (torch 2.13 closes first)",
         }
     raise ValueError(f"writer {writer!r} is unknown; known: {', '.join(WRITERS)}")
 
@@ -231,19 +232,35 @@ def _dataflux_classes():
     """(GCSDistributedReader, GCSDistributedWriter) without running the
     ``dataflux_pytorch.lightning`` package ``__init__`` (it imports lightning for classes this
     arm does not use; see the module docstring): the package is registered uninitialized, with
-    its search path, so only ``gcs_filesystem`` and what it imports are executed."""
+    its search path, so only ``gcs_filesystem`` and what it imports are executed.
+
+    One compatibility fix, recorded in the writer's settings: gcs-torch-dataflux 1.4.0's upload
+    buffer (``DatafluxCheckpointBuffer``) uploads on every ``close()``, and torch 2.13's
+    FileSystemWriter closes each stream itself before its ``with`` block ends, so the block's
+    own close uploaded again from the closed buffer (``ValueError: I/O operation on closed
+    file``; every save failed). The buffer used here makes a second close a no-op: each object
+    is still uploaded exactly once, by dataflux's own multipart code, at torch's close.
+    """
     name = "dataflux_pytorch.lightning"
     if name not in sys.modules:
         spec = importlib.util.find_spec(name)  # imports the parent package, not this one
         if spec is None:
             raise ImportError(f"{name} is not installed (gcs-torch-dataflux 1.4.0)")
         sys.modules[name] = importlib.util.module_from_spec(spec)
-    from dataflux_pytorch.lightning.gcs_filesystem import (
-        GCSDistributedReader,
-        GCSDistributedWriter,
-    )
+    from dataflux_pytorch.lightning import gcs_filesystem
 
-    return GCSDistributedReader, GCSDistributedWriter
+    buffer = gcs_filesystem.DatafluxCheckpointBuffer
+    if not getattr(buffer, "_gcsckpt_close_once", False):
+
+        class CloseOnceBuffer(buffer):
+            _gcsckpt_close_once = True
+
+            def close(self) -> None:
+                if not self.closed:
+                    super().close()
+
+        gcs_filesystem.DatafluxCheckpointBuffer = CloseOnceBuffer
+    return gcs_filesystem.GCSDistributedReader, gcs_filesystem.GCSDistributedWriter
 
 
 def _dataflux_client(endpoint: str | None):
