@@ -28,10 +28,10 @@ Readers (``--readers``) and writers (``--writers``):
   helper that 3.x removed, so this arm's rank processes run on a venv of their own
   (``DATAFLUX_PYTHON``, built by ``tools/peers/dataflux/venv.sh`` from its own lock,
   google-cloud-storage 2.19.0). Its ``dataflux_pytorch.lightning`` package ``__init__``
-  imports lightning (a training framework) for its Lightning CheckpointIO classes, which this arm does not use: the venv has no
-  lightning, and :func:`_dataflux_classes` imports ``dataflux_pytorch.lightning.gcs_filesystem``
-  (where the two DCP classes live, importing only torch and google-cloud-storage) without
-  running that ``__init__``. Its saves are verified in a job of its own on the main venv (the
+  imports lightning (a training framework) for its Lightning CheckpointIO classes, which this
+  arm does not use: the venv has no lightning, and :func:`_dataflux_classes` imports
+  ``dataflux_pytorch.lightning.gcs_filesystem`` (where the two DCP classes live, importing only
+  torch and google-cloud-storage) without running that ``__init__``. Its saves are verified in a job of its own on the main venv (the
   check never runs on the arm's stack); that venv has no gcsfs (gcsfs 2026.10.1 needs
   google-cloud-storage 3.x), so it cannot run the stock fsspec reader either.
 
