@@ -18,22 +18,22 @@ Readers (``--readers``) and writers (``--writers``):
   of ``multipart_chunksize`` (32 MiB) parts, ``max_concurrency`` (8) at a time. An endpoint
   without XML multipart upload fails those saves, and the arm is reported failed with that
   error (the settings are never changed to suit the endpoint).
-- ``dataflux``: gcs-torch-dataflux's ``GCSDistributedReader`` / ``GCSDistributedWriter``
-  (torch's FileSystemReader/-Writer on a google-cloud-storage client) with the settings its
-  docs and demos use, i.e. its defaults: the writer keeps torch's ``thread_count=1`` and
-  uploads every object (``.metadata`` too) as an XML multipart upload of 32 MiB parts, 8 at a
-  time, each part with its CRC32C; the reader downloads each object a rank reads whole into
-  memory. One fix makes its writer work with torch 2.13 at all (see
-  :func:`_dataflux_classes`). gcs-torch-dataflux 1.4.0 imports a google-cloud-storage 2.x
-  helper that 3.x removed, so this arm's rank processes run on a venv of their own
-  (``DATAFLUX_PYTHON``, built by ``tools/peers/dataflux/venv.sh`` from its own lock,
-  google-cloud-storage 2.19.0). Its ``dataflux_pytorch.lightning`` package ``__init__``
-  imports lightning (a training framework) for its Lightning CheckpointIO classes, which this
-  arm does not use: the venv has no lightning, and :func:`_dataflux_classes` imports
+- ``dataflux``: gcs-torch-dataflux's ``GCSDistributedReader`` / ``GCSDistributedWriter`` (torch's
+  FileSystemReader/-Writer on a google-cloud-storage client) with the settings its docs and demos
+  use, i.e. its defaults: the writer keeps torch's ``thread_count=1`` and uploads every object
+  (``.metadata`` too) as an XML multipart upload of 32 MiB parts, 8 at a time, each part with its
+  CRC32C; the reader downloads each object a rank reads whole into memory. One fix makes its
+  writer work with torch 2.13 at all (see :func:`_dataflux_classes`). gcs-torch-dataflux 1.4.0
+  imports a google-cloud-storage 2.x helper that 3.x removed, so this arm's rank processes run on
+  a venv of their own (``DATAFLUX_PYTHON``, built by ``tools/peers/dataflux/venv.sh`` from its own
+  lock, google-cloud-storage 2.19.0). Its ``dataflux_pytorch.lightning`` package ``__init__``
+  imports lightning (a training framework) for its Lightning CheckpointIO classes, which this arm
+  does not use: the venv has no lightning, and :func:`_dataflux_classes` imports
   ``dataflux_pytorch.lightning.gcs_filesystem`` (where the two DCP classes live, importing only
-  torch and google-cloud-storage) without running that ``__init__``. Its saves are verified in a job of its own on the main venv (the
-  check never runs on the arm's stack); that venv has no gcsfs (gcsfs 2026.10.1 needs
-  google-cloud-storage 3.x), so it cannot run the stock fsspec reader either.
+  torch and google-cloud-storage) without running that ``__init__``. Its saves are verified in a
+  job of its own on the main venv (the check never runs on the arm's stack); that venv has no
+  gcsfs (gcsfs 2026.10.1 needs google-cloud-storage 3.x), so it cannot run the stock fsspec reader
+  either.
 
 Against an emulator every arm is pointed at it with anonymous credentials (MSC: a ``type: gcs``
 profile with ``endpoint_url`` and ``skip_signature: true``; dataflux: a google-cloud-storage
