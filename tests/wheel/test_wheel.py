@@ -102,6 +102,13 @@ def _module_imports(wheel, contents):
     }
 
 
+def _is_sibling(name: str, module: str, contents) -> bool:
+    """`module` is a file shipped next to `name`: the local endpoint's emulator wrapper runs as a
+    script and imports the modules of its own folder by their bare names."""
+    folder = name.rsplit("/", 1)[0]
+    return "." not in module and f"{folder}/{module}.py" in contents
+
+
 def _shipped_module_names(contents) -> set[str]:
     names = set()
     for name in contents:
@@ -134,6 +141,8 @@ def _third_party(wheel, contents, *, testing: bool) -> set[str]:
         if name.startswith("gcsckpt/testing/") != testing:
             continue
         for module in modules:
+            if _is_sibling(name, module, contents):
+                continue
             if wc.classify(module, EXTENSION) != "third_party":
                 continue
             subs = sorted(m for m in maybe if m.startswith(module + "."))

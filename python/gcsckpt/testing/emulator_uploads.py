@@ -40,6 +40,7 @@ import secrets
 import threading
 import urllib.parse
 
+import google_crc32c
 from emulator_http import (
     BadRequestBody,
     Pacing,
@@ -49,6 +50,7 @@ from emulator_http import (
     send,
 )
 from emulator_storage import (
+    HASHING_SLOTS,
     BucketNotFound,
     Checksums,
     PreconditionFailed,
@@ -109,23 +111,16 @@ class JSONUploads:
     def handle(self, handler, method: str, bucket: str, query: dict) -> None:
         """Answers one `/upload/storage/v1/b/{bucket}/o` request (query: parse_qs of the URL)."""
         started = request_started(handler)
+        json_type = {"Content-Type": "application/json; charset=UTF-8"}
         try:
             status, obj, headers, nbytes = self._route(handler, method, bucket, query)
-        except UploadError as err:
-            return send(handler, err.status, err.body(), {"Content-Type": "application/json"})
-        except PreconditionFailed as err:
-            e = UploadError(412, "conditionNotMet", f"Precondition Failed: {err}")
-            return send(handler, 412, e.body(), {"Content-Type": "application/json"})
-        except BucketNotFound as err:
-            e = UploadError(404, "notFound", f"The specified bucket does not exist: {err}")
-            return send(handler, 404, e.body(), {"Content-Type": "application/json"})
-        except BadRequestBody as err:
-            e = UploadError(400, "invalid", f"Bad request body: {err}")
-            return send(handler, 400, e.body(), {"Content-Type": "application/json"})
-        self._pacing.pace(started, nbytes)
-        body = json.dumps(obj).encode() if obj is not None else b""
-        if obj is not None:
-            headers = {**headers, "Content-Type": "application/json; charset=UTF-8"}
+            body = json.dumps(obj).encode() if obj is not None else b""
+            if obj is not None:
+                headers = {**headers, **json_type}
+        except (UploadError, PreconditionFailed, BucketNotFound, BadRequestBody) as err:
+            error = _as_upload_error(err)
+            status, body, headers, nbytes = error.status, error.body(), json_type, 0
+        self._pacing.pace(started, nbytes)  # errors too: every answer takes the latency
         send(handler, status, body, headers)
 
     def _route(self, handler, method, bucket, query):
@@ -238,8 +233,6 @@ class JSONUploads:
             or metadata.get("contentType")
             or "application/octet-stream"
         )
-        import google_crc32c
-
         session = _Session(
             bucket,
             name,
@@ -340,7 +333,7 @@ class JSONUploads:
 
     def _append(self, session: _Session, path: str, offset: int, length: int) -> None:
         sums_chunk = 8 << 20
-        with open(path, "rb", buffering=0) as f:
+        with HASHING_SLOTS, open(path, "rb", buffering=0) as f:
             f.seek(offset)
             left = length
             while left:
@@ -385,6 +378,16 @@ class JSONUploads:
             self._sessions.pop(upload_id, None)
             self._completed[upload_id] = obj
         return obj
+
+
+def _as_upload_error(err: Exception) -> UploadError:
+    if isinstance(err, UploadError):
+        return err
+    if isinstance(err, PreconditionFailed):
+        return UploadError(412, "conditionNotMet", f"Precondition Failed: {err}")
+    if isinstance(err, BucketNotFound):
+        return UploadError(404, "notFound", f"The specified bucket does not exist: {err}")
+    return UploadError(400, "invalid", f"Bad request body: {err}")
 
 
 def _total(text: str) -> int | None:

@@ -168,7 +168,7 @@ class XMLUploads:
         try:
             self._route(handler, method, bucket, name, query)
         except XMLError as err:
-            send(handler, err.status, err.body(), {"Content-Type": "application/xml"})
+            self._answer(handler, err.status, err.body(), {"Content-Type": "application/xml"})
         except PreconditionFailed as err:
             e = XMLError(
                 412,
@@ -176,13 +176,18 @@ class XMLUploads:
                 "At least one of the pre-conditions you specified did not hold.",
                 str(err),
             )
-            send(handler, 412, e.body(), {"Content-Type": "application/xml"})
+            self._answer(handler, 412, e.body(), {"Content-Type": "application/xml"})
         except BucketNotFound as err:
             e = XMLError(404, "NoSuchBucket", "The specified bucket does not exist.", str(err))
-            send(handler, 404, e.body(), {"Content-Type": "application/xml"})
+            self._answer(handler, 404, e.body(), {"Content-Type": "application/xml"})
         except BadRequestBody as err:
             e = XMLError(400, "IncompleteBody", "The request body is incomplete.", str(err))
-            send(handler, 400, e.body(), {"Content-Type": "application/xml"})
+            self._answer(handler, 400, e.body(), {"Content-Type": "application/xml"})
+
+    def _answer(self, handler, status, body=b"", headers=None, nbytes: int = 0) -> None:
+        """Sends one answer once the latency model allows (`nbytes`: body bytes received)."""
+        self._pacing.pace(handler.gcs_started, nbytes)
+        send(handler, status, body, headers)
 
     def _route(self, handler, method: str, bucket: str, name: str, query: dict) -> None:
         upload_id = (query.get("uploadId") or [None])[0]
@@ -242,8 +247,7 @@ class XMLUploads:
         finally:
             if os.path.exists(path):
                 os.unlink(path)
-        self._pacing.pace(handler.gcs_started, sums.size)
-        send(handler, 200, b"", self._object_headers(obj, sums, _etag(sums)))
+        self._answer(handler, 200, b"", self._object_headers(obj, sums, _etag(sums)), sums.size)
 
     # multipart upload --------------------------------------------------------------------------
 
@@ -272,7 +276,7 @@ class XMLUploads:
             f"<Bucket>{escape(bucket)}</Bucket><Key>{escape(name)}</Key>"
             f"<UploadId>{upload_id}</UploadId></InitiateMultipartUploadResult>"
         ).encode()
-        send(handler, 200, body, {"Content-Type": "application/xml"})
+        self._answer(handler, 200, body, {"Content-Type": "application/xml"})
 
     def _put_part(self, handler, bucket, name, upload_id, query) -> None:
         session = self._session(bucket, name, upload_id)
@@ -298,8 +302,9 @@ class XMLUploads:
         finally:
             if os.path.exists(path):
                 os.unlink(path)
-        self._pacing.pace(handler.gcs_started, sums.size)
-        send(handler, 200, b"", {"ETag": _etag(sums), "x-goog-hash": _hash_header(sums)})
+        self._answer(
+            handler, 200, b"", {"ETag": _etag(sums), "x-goog-hash": _hash_header(sums)}, sums.size
+        )
 
     def _list_parts(self, handler, bucket, name, upload_id) -> None:
         session = self._session(bucket, name, upload_id)
@@ -316,7 +321,7 @@ class XMLUploads:
             f"<Key>{escape(name)}</Key><UploadId>{upload_id}</UploadId>"
             f"<IsTruncated>false</IsTruncated>{items}</ListPartsResult>"
         ).encode()
-        send(handler, 200, body, {"Content-Type": "application/xml"})
+        self._answer(handler, 200, body, {"Content-Type": "application/xml"})
 
     @staticmethod
     def _parse_complete(doc: bytes) -> list[tuple[int, str]]:
@@ -434,7 +439,7 @@ class XMLUploads:
         ).encode()
         headers = self._object_headers(obj, sums, etag)
         headers["Content-Type"] = "application/xml"
-        send(handler, 200, body, headers)
+        self._answer(handler, 200, body, headers)
 
     def _drop(self, upload_id: str) -> None:
         with self._lock:
@@ -446,4 +451,4 @@ class XMLUploads:
         session = self._session(bucket, name, upload_id)
         with session.lock:
             self._drop(upload_id)
-        send(handler, 204)
+        self._answer(handler, 204)

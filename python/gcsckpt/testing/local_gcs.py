@@ -46,10 +46,12 @@ def _stop_all(procs: list[ManagedProcess], cleanup_dirs: list[str]) -> None:
 class LocalGCS:
     """A GCS JSON API endpoint on 127.0.0.1, for tests and the default benchmark run.
 
-    The emulator (gcp-storage-emulator, single-threaded, on-disk) handles uploads, metadata,
-    listing and deletes; nginx serves media reads straight from the emulator's files with
-    keep-alive and full Range semantics (206 + Content-Range, 416, suffix ranges) and proxies
-    everything else. nginx alone served ~2.6-2.9 GB/s for 16 parallel slices and ~20k
+    The emulator (gcp-storage-emulator, on-disk, in a threaded wrapper with its own upload
+    handlers) handles uploads, metadata, listing and deletes; nginx serves media reads straight
+    from the emulator's files with keep-alive and full Range semantics (206 + Content-Range,
+    416, suffix ranges), writes upload bodies to the data disk for the emulator to rename into
+    place, and proxies everything else. The XML API's uploads (simple PUT, multipart upload)
+    work too. nginx alone served ~2.6-2.9 GB/s for 16 parallel slices and ~20k
     requests/s of 64 KiB here, the emulator alone 0.26-1.6 GB/s and <= 8k requests/s.
 
     Like GCS (and unlike the bare emulator): every media answer carries ``x-goog-generation``;
@@ -62,8 +64,10 @@ class LocalGCS:
     Args:
       data_dir: folder for objects (kept: reusing it later serves the same buckets and objects);
         None: a temp folder removed at stop().
-      latency_ms: first-byte delay added to every media read, milliseconds (models remote GCS).
+      latency_ms: first-byte delay added to every media read and upload answer, milliseconds
+        (models remote GCS).
       stream_mbps: bandwidth cap per media request, MB/s (1 MB = 1e6 bytes); None: uncapped.
+        Uploads: the answer waits until the body would have arrived at this rate.
       log_dir: folder for emulator.log, nginx_error.log, nginx_media_access.log (kept);
         None: inside the run's temp folder (removed at stop()).
       nginx_workers: nginx worker processes; None: min(CPU count, 8).

@@ -13,6 +13,17 @@ Generations (see emulator_main.py for how versions are stored): a media read wit
 without versioning answers); every media answer carries `x-goog-generation`, copied from
 nginx's own ETag of the file it sends (its mtime spells the generation). All of it stays in
 nginx's static module, so reads keep its speed.
+
+The XML API (`/BUCKET/OBJECT`, any first segment but the JSON API's): GET/HEAD are served
+from disk like media reads (`generation=` too; 404 with an XML NoSuchKey body); the rest
+(simple PUT, multipart upload) goes to the emulator (emulator_xml.py) with its XML errors.
+
+Upload bodies (`/upload/...` and XML PUT/POST): nginx reads the body into a file under
+`<data>/.uploads/nginx` (`client_body_in_file_only clean`, 1 MiB reads) and sends the
+emulator only the headers plus `X-Gcsckpt-Body-File` (the path) and `X-Gcsckpt-Elapsed`
+(`$request_time`, for the upload latency model); the emulator links the file into place (same
+file system) and hashes it, nginx removes its own name when the request ends. So no upload
+byte crosses a socket into Python; see emulator_main.py for the measurement that chose this.
 """
 
 from __future__ import annotations
