@@ -27,3 +27,15 @@ def tiny_run_config(endpoint: str, bucket_url: str, output_dir, **changes) -> Ru
     )
     fields.update(changes)
     return RunConfig(**fields)
+
+
+def interpreter_facts(rank: int) -> tuple[int, str, str, str]:
+    """Rank-side: (rank, interpreter, google-cloud-storage version, _gcsio's module file), for
+    the test that the dataflux arm's ranks run on its own venv with the repository's tree."""
+    import sys
+
+    from google.cloud import storage
+
+    from gcsckpt.io.extension import _gcsio
+
+    return rank, sys.executable, storage.__version__, _gcsio.__file__

@@ -12,8 +12,13 @@ from gcsckpt.bench.publish.report import PLOT_NAME, publish_report
 from gcsckpt.bench.publish.results_files import read_results_json, write_results
 from gcsckpt.bench.publish.schema import RowValidationError, column_names
 from gcsckpt.bench.publish.table import format_report, summary_table, throughput_ratio
-from gcsckpt.bench.record.metrics import RATIO_COLUMN, THROUGHPUT_COLUMN, case_row
-from tests.bench.publish_fixtures import RUN, SIZE, result, two_reader_rows
+from gcsckpt.bench.record.metrics import (
+    RATIO_COLUMN,
+    THROUGHPUT_COLUMN,
+    add_baseline_ratios,
+    case_row,
+)
+from tests.bench.publish_fixtures import RUN, SIZE, failed, result, two_reader_rows
 
 EP_CASE = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2"
 FSDP_CASE = "load-olmoe_1b_7b_0924-fsdp-ws2"
@@ -54,6 +59,32 @@ def test_invalid_rows_write_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_best_peer_ratio_in_rows_table_and_chart():
+    rows = add_baseline_ratios(
+        [
+            case_row(result("gcsckpt", [1.0]), RUN),
+            case_row(result("fsspec", [50.0]), RUN),
+            case_row(result("msc", [5.0]), RUN),
+            case_row(result("dataflux", [4.0]), RUN),
+            case_row(failed("other"), RUN),
+        ]
+    )
+    ours = rows[0]
+    assert ours["best_peer_implementation"] == "dataflux"
+    assert ours["checkpoint_read_throughput_ratio_to_best_peer"] == pytest.approx(4.0)
+    assert ours[RATIO_COLUMN] == pytest.approx(50.0)
+    assert all(r["checkpoint_read_throughput_ratio_to_best_peer"] is None for r in rows[1:])
+    lines = summary_table(rows).splitlines()
+    assert lines[0] == (
+        "| case | gcsckpt MB/s | fsspec MB/s | msc MB/s | dataflux MB/s | other MB/s "
+        "| gcsckpt/fsspec | gcsckpt/best peer |"
+    )
+    assert lines[2].endswith("| failed | 50.0x | 4.0x (dataflux) |")
+    axes = build_throughput_figure(rows).axes[0]
+    texts = [t.get_text() for t in axes.texts]
+    assert "gcsckpt: 50.0x fsspec, 4.0x (dataflux) best peer" in texts
+
+
 def test_summary_table_shows_each_reader_and_the_ratio():
     rows = two_reader_rows()
     lines = summary_table(rows).splitlines()
@@ -62,6 +93,15 @@ def test_summary_table_shows_each_reader_and_the_ratio():
     assert lines[3] == f"| {FSDP_CASE} | 500.0 | failed | n/a |"
     assert throughput_ratio(rows, EP_CASE, "gcsckpt", "fsspec") == pytest.approx(50.0)
     assert throughput_ratio(rows, FSDP_CASE, "gcsckpt", "fsspec") is None
+
+
+def test_summary_table_gives_the_candidates_fraction_of_a_given_ceiling():
+    rows = two_reader_rows()
+    lines = summary_table(rows, ceilings={EP_CASE: 2000e6}).splitlines()
+    assert lines[0].endswith("| gcsckpt/fsspec | ceiling MB/s | gcsckpt/ceiling |")
+    assert lines[2] == f"| {EP_CASE} | 1000.0 | 20.0 | 50.0x | 2000.0 | 0.50 |"
+    assert lines[3] == f"| {FSDP_CASE} | 500.0 | failed | n/a | n/a | n/a |"
+    assert "ceiling" not in summary_table(rows)  # no ceiling given: no column
 
 
 def test_detail_table_rows_and_escaping():

@@ -78,6 +78,7 @@ def test_stray_arguments_are_a_usage_error(parse):
 
 
 def test_program_exits_1_with_usage_on_bad_flags():
+    # A value the flag parser refuses and one RunConfig refuses, in one program start.
     done = _program("--model_scale=huge")
     assert done.returncode == 1
     assert "model_scale" in done.stderr and "huge" in done.stderr

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -12,12 +15,19 @@ from torch.distributed.checkpoint.api import CheckpointException
 from gcsckpt.bench.cases.catalogue import CaseError, load_catalogue
 from gcsckpt.bench.cases.selection import override_world_size, select_run_cases
 from gcsckpt.bench.record.case_result import CaseInfo
+from gcsckpt.bench.runner.benchmark import phase_table, rounds_note, save_case_info
 from gcsckpt.bench.runner.bucket_type import classify_bucket, run_bucket_type
 from gcsckpt.bench.runner.config import RunConfig
 from gcsckpt.bench.runner.manifest import SetupManifest
-from gcsckpt.bench.runner.results import load_result
+from gcsckpt.bench.runner.results import load_result, save_result
 from gcsckpt.bench.worker import baseline
-from gcsckpt.bench.worker.jobs import RankLoadResult, RankRound
+from gcsckpt.bench.worker.arms import (
+    MSC_UPLOAD_OPTIONS,
+    MSCProfile,
+    reader_settings,
+    writer_settings,
+)
+from gcsckpt.bench.worker.jobs import RankLoadResult, RankRound, SaveJob, with_verification
 from gcsckpt.bench.worker.load_job import describe_error
 from gcsckpt.bench.worker.rank import RankFailure
 
@@ -110,6 +120,9 @@ def test_bucket_type_comes_from_the_bucket_metadata():
         ({"device": "tpu"}, "--device"),
         ({"latency_ms": -1.0}, "--latency_ms"),
         ({"stream_mbps": 0.0}, "--stream_mbps"),
+        ({"writers": ("gcsckpt", "lightning")}, "--writers"),
+        ({"writers": ("msc", "msc")}, "--writers"),
+        ({"save_rounds": 0}, "--save_rounds"),
     ],
 )
 def test_run_config_rejects_bad_values_naming_the_flag(changes, flag):
@@ -122,6 +135,94 @@ def test_baseline_rounds_apply_to_fsspec_only():
     assert config.rounds_for("gcsckpt", 5) == 3
     assert config.rounds_for("fsspec", 5) == 1
     assert RunConfig().rounds_for("fsspec", 5) == 5
+
+
+def test_save_phase_rounds_and_cases():
+    config = RunConfig(rounds=3, writers=("gcsckpt", "msc"), save_cases=("load-*-ep-*",))
+    assert config.save_rounds_for(5) == 3
+    assert RunConfig(rounds=3, save_rounds=1).save_rounds_for(5) == 1
+    assert RunConfig().save_rounds_for(5) == 5
+    assert config.saves_case("load-olmoe_1b_7b_0924-ep-dp8ep8-ws8-local")
+    assert not config.saves_case("load-olmoe_1b_7b_0924-fsdp-ws8-local")
+    assert not RunConfig().saves_case("load-olmoe_1b_7b_0924-ep-dp8ep8-ws8-local")  # no writers
+    assert RunConfig(writers=("fsspec",)).saves_case("anything")
+
+
+def test_msc_profile_configures_the_endpoint_with_the_documented_upload_settings(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv("MSC_CONFIG", raising=False)
+    profile = MSCProfile(str(tmp_path / "r1"), "bench-r1", "bkt", "http://127.0.0.1:9", True)
+    config = json.loads((tmp_path / "r1" / "msc_config.json").read_text())
+    assert os.environ["MSC_CONFIG"] == profile.config_path
+    assert config["profiles"]["bench-r1"] == {
+        "storage_provider": {
+            "type": "gcs",
+            "options": {
+                "base_path": "bkt",
+                "multipart_threshold": 64 << 20,
+                "multipart_chunksize": 32 << 20,
+                "max_concurrency": 8,
+                "endpoint_url": "http://127.0.0.1:9",
+                "skip_signature": True,
+            },
+        },
+        "caching_enabled": True,
+    }
+    assert config["cache"]["location"] == str(tmp_path / "r1" / "cache")
+    assert profile.url("run/ckpt") == "msc://bench-r1/run/ckpt"
+    profile.close()
+    assert not (tmp_path / "r1").exists()
+    real = MSCProfile(str(tmp_path / "r2"), "bench-r2", "bkt", None, False)
+    config = json.loads(open(real.config_path).read())
+    assert config == {
+        "profiles": {
+            "bench-r2": {
+                "storage_provider": {
+                    "type": "gcs",
+                    "options": {"base_path": "bkt", **MSC_UPLOAD_OPTIONS},
+                }
+            }
+        }
+    }  # real GCS: Application Default Credentials, the same upload settings
+
+
+def test_arm_settings_name_the_class_and_tuning():
+    assert reader_settings("msc", emulator=False)["thread_count"] == 8
+    for emulator in (True, False):  # the same upload settings against any endpoint
+        msc = writer_settings("msc", emulator=emulator)
+        assert msc["multipart_threshold_bytes"] == 64 << 20
+        assert (msc["multipart_chunksize_bytes"], msc["max_concurrency"]) == (32 << 20, 8)
+    assert writer_settings("fsspec", emulator=True)["class"].endswith("FsspecWriter")
+    dataflux = writer_settings("dataflux", emulator=True)
+    assert dataflux["class"].endswith("GCSDistributedWriter") and dataflux["thread_count"] == 1
+    assert (dataflux["part_bytes"], dataflux["part_workers"]) == (32 << 20, 8)
+    assert reader_settings("dataflux", emulator=False)["anonymous_credentials"] is False
+    with pytest.raises(ValueError, match="writer 'lightning' is unknown"):
+        writer_settings("lightning", emulator=True)
+    with pytest.raises(ValueError, match="writer 'x' is unknown"):
+        SaveJob(None, None, "x", 1)
+
+
+def test_save_result_takes_rank_0_bytes_and_names_the_save_case():
+    info = save_case_info(_INFO)
+    assert info.name == "save-x-fsdp-ws2"
+    rounds = (_round(1.0),)
+    gathered = [
+        RankLoadResult(0, rounds, written_bytes=(1234,)),
+        RankLoadResult(1, rounds),
+    ]
+    result = save_result(info, "msc", gathered, 1, writer_options={"thread_count": 4})
+    assert (result.status, result.scenario, result.checkpoint_physical_size_bytes) == (
+        "ok",
+        "checkpoint_write",
+        1234,
+    )
+    assert result.checkpoint_object_count is None and result.checksums_verified
+    two = [RankLoadResult(0, rounds * 2, written_bytes=(1234, 999)), RankLoadResult(1, rounds * 2)]
+    uneven = save_result(info, "msc", two, 2, writer_options={})
+    assert uneven.status == "failed"
+    assert uneven.error_message == "saves of msc wrote different sizes: [999, 1234] bytes"
 
 
 def _round(start: float, mismatches: int = 0, committed: int = 100) -> RankRound:
@@ -231,3 +332,57 @@ def test_counting_planner_counts_committed_bytes(reader, planner_class):
     assert (planner.committed_items, planner.committed_tensor_bytes) == (2, 24)
     assert planner.state_dict["lr"] == 0.5
     assert seen[-1] == (2, 2)
+
+
+def test_baseline_cases_and_peer_rounds_shape_each_readers_rounds():
+    config = RunConfig(
+        readers=("gcsckpt", "msc", "dataflux", "fsspec"),
+        rounds=3,
+        peer_rounds=2,
+        baseline_rounds=1,
+        baseline_cases=("load-*-ep-*",),
+    )
+    assert [config.rounds_for(r, 5) for r in config.readers] == [3, 2, 2, 1]
+    assert config.readers_for(EP) == ("gcsckpt", "msc", "dataflux", "fsspec")
+    assert config.readers_for(FSDP) == ("gcsckpt", "msc", "dataflux")
+    assert RunConfig().readers_for(FSDP) == ("gcsckpt", "fsspec")  # default: every case
+    cases = [_case(FSDP), _case(EP)]
+    assert rounds_note(config, cases).startswith(
+        "Timed rounds per case: gcsckpt 3, msc 2, dataflux 2, fsspec 1 on 1 of 2 cases."
+    )
+    with pytest.raises(ValueError, match="--peer_rounds must be >= 1"):
+        RunConfig(peer_rounds=0)
+
+
+def test_a_separate_verification_joins_the_timed_save_rank_by_rank():
+    timed = RankRound(10.0, 12.5, {}, 0, 0, mismatch_count=-1)
+    checked = RankRound(0.0, 0.0, {}, 100, 100)
+    saved = [RankLoadResult(0, (timed,)), RankLoadResult(1, (timed,))]
+    verified = [
+        RankLoadResult(0, (checked,), written_bytes=(4321,)),
+        RankLoadResult(1, (checked,)),
+    ]
+    joined = with_verification(saved, verified)
+    assert [j.rounds[0].verified for j in joined] == [True, True]
+    assert [(j.rounds[0].start_unix_s, j.rounds[0].end_unix_s) for j in joined] == [
+        (10.0, 12.5),
+        (10.0, 12.5),
+    ]
+    assert joined[0].written_bytes == (4321,)
+    failed = with_verification(saved, [verified[0], RankFailure(1, "rank 1: OSError: gone")])
+    assert failed[1] == RankLoadResult(1, (), error="rank 1: OSError: gone")
+    mismatch = dataclasses.replace(checked, mismatch_count=2, mismatched=("a", "b"))
+    joined = with_verification(saved[:1], [RankLoadResult(0, (mismatch,))])
+    assert not joined[0].rounds[0].verified
+
+
+def test_phase_table_lists_every_job_and_the_totals():
+    table = phase_table([("setup x", 12.0), ("load x with gcsckpt, round 1", 3.25)], 20.0)
+    assert table.splitlines() == [
+        "| job | wall s |",
+        "|---|---|",
+        "| setup x | 12.0 |",
+        "| load x with gcsckpt, round 1 | 3.2 |",
+        "| all jobs | 15.2 |",
+        "| whole run (endpoint, setup checks, publishing included) | 20.0 |",
+    ]

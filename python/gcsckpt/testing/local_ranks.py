@@ -6,12 +6,25 @@ forkserver that imported ``preload`` once: on 2 cores that saves ~2 CPU-seconds 
 sampler, LocalGCS's log readers). Each rank joins a group at ``tcp://127.0.0.1:<free port>``
 (gloo on CPU; nccl with one GPU per rank), runs ``fn(rank, *args)`` and pickles what it returns.
 Not imported by ``gcsckpt.testing`` itself, so importing that package stays torch-free.
+
+``LocalRanks(executable=...)`` runs the ranks on another Python interpreter (a venv with other
+pins, e.g. a benchmark arm whose library needs an older google-cloud-storage): they start with
+"spawn" on that interpreter, with this repository's import roots (this process's ``sys.path``
+minus its own installation) ahead of that interpreter's own ``sys.path``, and without re-running
+this process's ``__main__``. The interpreter must be the same Python version (pickles, the
+``_gcsio`` extension).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
+import multiprocessing.spawn as mp_spawn
 import os
 import pickle
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -50,6 +63,61 @@ class RankError(RuntimeError):
         super().__init__(message)
         self.rank = rank
         self.traceback = traceback
+
+
+@functools.cache
+def _interpreter_path(executable: str) -> tuple[str, ...]:
+    """``sys.path`` of ``executable`` started plainly (its stdlib and site-packages).
+
+    Raises:
+      RankError: the interpreter cannot be run.
+    """
+    try:
+        answer = subprocess.run(
+            [executable, "-c", "import json, sys; print(json.dumps(sys.path[1:]))"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        raise RankError(f"rank interpreter {executable} cannot run: {err}") from err
+    return tuple(json.loads(answer.stdout))
+
+
+def _repository_roots() -> list[str]:
+    """This process's import roots that are not its own installation (stdlib, site-packages)."""
+    own = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    roots = []
+    for entry in sys.path:
+        real = os.path.realpath(entry) if entry else entry
+        if entry and not any(real == p or real.startswith(p + os.sep) for p in own):
+            roots.append(entry)
+    return roots
+
+
+@contextlib.contextmanager
+def _spawn_on(executable: str):
+    """While active, processes started with "spawn" run ``executable`` with the import path
+    described in the module docstring (multiprocessing keeps both settings module-wide)."""
+    child_path = [*_repository_roots(), *_interpreter_path(executable)]
+    original_exe = mp_spawn.get_executable()
+    original_data = mp_spawn.get_preparation_data
+
+    def preparation_data(name: str) -> dict:
+        data = original_data(name)
+        data["sys_path"] = child_path
+        data.pop("init_main_from_path", None)  # this process's __main__ may not import there
+        data.pop("init_main_from_name", None)
+        return data
+
+    mp_spawn.set_executable(executable)
+    mp_spawn.get_preparation_data = preparation_data
+    try:
+        yield
+    finally:
+        mp_spawn.get_preparation_data = original_data
+        mp_spawn.set_executable(original_exe)
 
 
 def _result_path(out: str, rank: int) -> Path:
@@ -119,8 +187,11 @@ class LocalRanks:
     Args:
       preload: modules the forkserver imports once before forking ranks (only the call that
         starts the forkserver sets them: it lives as long as this process).
-      start_method: ``forkserver`` (default) or ``spawn``.
+      start_method: ``forkserver`` (default) or ``spawn``; ``spawn`` whenever ``executable``
+        is given.
       timeout_s: the process group's collective timeout, seconds.
+      executable: the ranks' Python interpreter; None: this process's (see the module
+        docstring).
     """
 
     def __init__(
@@ -128,7 +199,11 @@ class LocalRanks:
         preload: Sequence[str] = DEFAULT_PRELOAD,
         start_method: str = "forkserver",
         timeout_s: float = 120.0,
+        executable: str | None = None,
     ) -> None:
+        self.executable = executable
+        if executable is not None:
+            start_method = "spawn"
         self.start_method = start_method
         self.timeout_s = timeout_s
         self._context = mp.get_context(start_method)
@@ -167,14 +242,21 @@ class LocalRanks:
         try:
             with tempfile.TemporaryDirectory(prefix="gcsckpt-ranks-") as out:
                 rank_args = (fn, world_size, free_port(), out, device, self.timeout_s, args)
-                self._join(
-                    mp.start_processes(
+                interpreter = (
+                    contextlib.nullcontext()
+                    if self.executable is None
+                    else _spawn_on(self.executable)
+                )
+                with interpreter:
+                    context = mp.start_processes(
                         _rank_main,
                         args=rank_args,
                         nprocs=world_size,
                         join=False,
                         start_method=self.start_method,
-                    ),
+                    )
+                self._join(
+                    context,
                     world_size,
                     on_poll,
                     wall_limit_s,

@@ -1,4 +1,5 @@
-"""PNG bar chart of mean read throughput per case and reader, whiskers at the min/max round.
+"""PNG bar chart of mean throughput per case and arm, whiskers at the min/max round; each case's
+label carries the candidate's ratio to the baseline and to the best peer.
 
 Uses matplotlib's object API with the Agg canvas (no pyplot, no display, no global backend
 switch). The y axis turns logarithmic when readers differ by more than 20x, so the slower
@@ -14,7 +15,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from gcsckpt.bench.publish.table import reader_order
+from gcsckpt.bench.publish.table import peer_ratio, reader_order, throughput_ratio
 from gcsckpt.bench.record.metrics import THROUGHPUT_COLUMN
 
 Row = Mapping[str, Any]
@@ -34,6 +35,16 @@ def _bar_values(row: Row | None) -> tuple[float, float, float] | None:
         mean if low is None else low / _MB,
         mean if high is None else high / _MB,
     )
+
+
+def _ratio_label(rows: Sequence[Row], case: str, candidate: str, baseline: str) -> str:
+    """The candidate's ratios on ``case``: to the baseline, and to the best peer when peer arms
+    ran (e.g. ``gcsckpt: 54.0x fsspec, 4.4x (msc) best peer``)."""
+    ratio = throughput_ratio(rows, case, candidate, baseline)
+    parts = [f"{ratio:.1f}x {baseline}" if ratio is not None else f"n/a {baseline}"]
+    if any(r["workload_implementation"] not in (candidate, baseline) for r in rows):
+        parts.append(f"{peer_ratio(rows, case, candidate, baseline)} best peer")
+    return f"{candidate}: {', '.join(parts)}"
 
 
 def build_throughput_figure(
@@ -88,8 +99,17 @@ def build_throughput_figure(
         axes.set_yscale("log")
     axes.set_xlim(-0.5, len(cases) - 0.5)  # fixed, so 'failed' labels stay inside the axes
     axes.set_xticks(range(len(cases)), cases, rotation=20, ha="right", fontsize=8)
-    axes.set_ylabel("read throughput, MB/s (mean of rounds)")
-    axes.set_title("Checkpoint read throughput per case and reader")
+    for position, case in enumerate(cases):  # the ratios, above each case's bars
+        axes.annotate(
+            _ratio_label(rows, case, candidate, baseline),
+            (position, 0.98),
+            xycoords=("data", "axes fraction"),
+            ha="center",
+            va="top",
+            fontsize=7,
+        )
+    axes.set_ylabel("throughput, MB/s (mean of rounds)")
+    axes.set_title("Checkpoint load (load-...) and save (save-...) throughput per case and arm")
     if heights:
         axes.legend()
     axes.grid(axis="y", alpha=0.3)

@@ -43,8 +43,12 @@ def publish_report(
     baseline: str = "fsspec",
     out: TextIO | None = None,
     bigquery_endpoint: str | None = None,
+    ceilings: Mapping[str, float] | None = None,
 ) -> PublishedReport:
     """Adds baseline ratios, validates once, then writes files, prints tables, plots, inserts.
+
+    ``ceilings`` (case id -> the endpoint's raw ceiling, bytes/s, e.g. the upload ceiling for
+    ``save-...`` cases) adds a ceiling column and the candidate's fraction of it to the summary.
 
     Rows are validated before anything is written, so a bad row leaves no partial output.
 
@@ -54,11 +58,13 @@ def publish_report(
     """
     if not rows:
         raise ValueError("no result rows to publish (no case ran)")
-    ratio_rows = add_baseline_ratios(rows, baseline=baseline)
+    ratio_rows = add_baseline_ratios(rows, baseline=baseline, candidate=candidate)
     columns = load_columns()
     validate_rows(ratio_rows, columns)
     files = write_results(ratio_rows, output_dir, columns)
-    markdown = print_report(ratio_rows, out=out, candidate=candidate, baseline=baseline)
+    markdown = print_report(
+        ratio_rows, out=out, candidate=candidate, baseline=baseline, ceilings=ceilings
+    )
     plot_path = write_throughput_plot(
         ratio_rows, Path(output_dir) / PLOT_NAME, candidate=candidate, baseline=baseline
     )

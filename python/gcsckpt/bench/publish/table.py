@@ -1,5 +1,7 @@
 """Markdown comparison of readers: a summary (throughput per reader and the candidate/baseline
-ratio per case) and a detail table (timings, requests, amplification, resources per row).
+ratio per case, plus the candidate/best-peer ratio when peer arms ran) and a detail table
+(timings, requests, amplification, resources per row). Save rows (case ids ``save-...``) sit in
+the same tables, their throughput being bytes written per second.
 
 Throughput is shown in MB/s (10**6 bytes per second), the unit of the design notes.
 """
@@ -10,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from gcsckpt.bench.record.metrics import THROUGHPUT_COLUMN
+from gcsckpt.bench.record.metrics import THROUGHPUT_COLUMN, best_peer
 
 Row = Mapping[str, Any]
 _MB = 1e6
@@ -59,11 +61,50 @@ def throughput_ratio(rows: Sequence[Row], case: str, candidate: str, baseline: s
     return top / bottom
 
 
-def summary_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = "fsspec") -> str:
-    """One line per case: each reader's mean throughput (MB/s, or ``failed``) and the ratio."""
+def peer_ratio(rows: Sequence[Row], case: str, candidate: str, baseline: str) -> str:
+    """``4.5x (msc)``: the candidate's mean throughput over the best peer's on ``case``, naming
+    the peer; ``n/a`` when the candidate or every peer failed or is missing."""
+    top = _throughput(
+        next(
+            (
+                r
+                for r in rows
+                if r["benchmark_case_id"] == case and r["workload_implementation"] == candidate
+            ),
+            None,
+        )
+    )
+    peer = best_peer(rows, case, candidate, baseline)
+    if top is None or peer is None:
+        return _MISSING
+    return f"{top / peer[THROUGHPUT_COLUMN]:.1f}x ({peer['workload_implementation']})"
+
+
+def summary_table(
+    rows: Sequence[Row],
+    candidate: str = "gcsckpt",
+    baseline: str = "fsspec",
+    ceilings: Mapping[str, float] | None = None,
+) -> str:
+    """One line per case: each reader's mean throughput (MB/s, or ``failed``), the ratio to the
+    baseline and, when any arm besides the two ran, the ratio to the best of those peers.
+
+    Args:
+      rows: result rows (``benchmark_case_id``, ``workload_implementation``, ``status``, mean
+        throughput in bytes/s).
+      candidate, baseline: the arms of the ratio columns.
+      ceilings: case id -> the endpoint's raw ceiling for that case, bytes/s (e.g. the upload
+        ceiling for ``save-...`` cases); when given, ``ceiling MB/s`` and ``<candidate>/ceiling``
+        columns are added (``n/a`` for cases without one).
+    """
     readers = reader_order(rows, candidate, baseline)
     cases = list(dict.fromkeys(row["benchmark_case_id"] for row in rows))
+    peers = [r for r in readers if r not in (candidate, baseline)]
     header = ["case", *(f"{r} MB/s" for r in readers), f"{candidate}/{baseline}"]
+    if peers:
+        header.append(f"{candidate}/best peer")
+    if ceilings:
+        header += ["ceiling MB/s", f"{candidate}/ceiling"]
     body = []
     for case in cases:
         by_reader = {
@@ -79,7 +120,15 @@ def summary_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str
             else:
                 cells.append(_number(row.get(THROUGHPUT_COLUMN), ".1f", _MB))
         ratio = throughput_ratio(rows, case, candidate, baseline)
-        body.append([case, *cells, _MISSING if ratio is None else f"{ratio:.1f}x"])
+        cells.append(_MISSING if ratio is None else f"{ratio:.1f}x")
+        if peers:
+            cells.append(peer_ratio(rows, case, candidate, baseline))
+        if ceilings:
+            ceiling = ceilings.get(case)
+            top = _throughput(by_reader.get(candidate))
+            cells.append(_number(ceiling, ".1f", _MB))
+            cells.append(_MISSING if ceiling is None or top is None else f"{top / ceiling:.2f}")
+        body.append([case, *cells])
     return markdown_table(header, body)
 
 
@@ -129,11 +178,17 @@ def detail_table(rows: Sequence[Row]) -> str:
     return markdown_table(header, body)
 
 
-def format_report(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = "fsspec") -> str:
-    """Both tables under Markdown headings."""
+def format_report(
+    rows: Sequence[Row],
+    candidate: str = "gcsckpt",
+    baseline: str = "fsspec",
+    ceilings: Mapping[str, float] | None = None,
+) -> str:
+    """Both tables under Markdown headings (``ceilings`` as in ``summary_table``)."""
     return (
-        f"## Checkpoint read throughput ({candidate} vs {baseline})\n\n"
-        f"{summary_table(rows, candidate, baseline)}\n\n"
+        f"## Checkpoint throughput ({candidate} vs {baseline} and the peers; save-... rows: "
+        "bytes written)\n\n"
+        f"{summary_table(rows, candidate, baseline, ceilings)}\n\n"
         f"## Details\n\n{detail_table(rows)}\n"
     )
 
@@ -143,8 +198,9 @@ def print_report(
     out: TextIO | None = None,
     candidate: str = "gcsckpt",
     baseline: str = "fsspec",
+    ceilings: Mapping[str, float] | None = None,
 ) -> str:
     """Writes ``format_report`` to ``out`` (stdout by default) and returns the text."""
-    text = format_report(rows, candidate, baseline)
+    text = format_report(rows, candidate, baseline, ceilings)
     (out or sys.stdout).write(text)
     return text

@@ -18,6 +18,8 @@ from gcsckpt.bench.record.resources import ResourceUsage
 
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
+SCENARIO_READ = "checkpoint_read"  # a timed dcp.load
+SCENARIO_WRITE = "checkpoint_write"  # a timed dcp.save (case id ``save-...``)
 
 # Counter names a reader may report per rank and per load (GCSStorageReader reports all of them;
 # the stock FsspecReader baseline only what the runner can count from the outside).
@@ -236,6 +238,9 @@ class CaseResult:
       checkpoint_object_count: number of those objects.
       reader_options: the reader's settings (JSON-serializable values).
       resources: process-tree CPU/memory/network during the timed rounds.
+      scenario: ``checkpoint_read`` (rounds time loads, ``reader`` is a reader) or
+        ``checkpoint_write`` (rounds time saves, ``reader`` names the writer, the physical size
+        is what one save wrote, and ``reader_options`` are the writer's settings).
     """
 
     case: CaseInfo
@@ -248,9 +253,12 @@ class CaseResult:
     checkpoint_object_count: int | None = None
     reader_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     resources: ResourceUsage | None = None
+    scenario: str = SCENARIO_READ
 
     def __post_init__(self) -> None:
         where = f"case {self.case.name!r} reader {self.reader!r}"
+        if self.scenario not in (SCENARIO_READ, SCENARIO_WRITE):
+            raise ValueError(f"{where}: unknown scenario {self.scenario!r}")
         if not self.reader:
             raise ValueError(f"case {self.case.name!r}: reader name is empty")
         if self.status not in (STATUS_OK, STATUS_FAILED):

@@ -23,6 +23,7 @@ import numpy as np
 
 from gcsckpt.bench.record.case_result import (
     COUNT_FIELDS,
+    SCENARIO_WRITE,
     SECONDS_FIELDS,
     STATUS_OK,
     CaseResult,
@@ -35,9 +36,9 @@ from gcsckpt.bench.record.resources import ResourceUsage
 Row = dict[str, Any]
 
 WORKLOAD_FAMILY = "checkpointing"
-WORKLOAD_SCENARIO = "checkpoint_read"
 THROUGHPUT_COLUMN = "checkpoint_read_throughput_mean_bytes_per_second"
 RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_baseline"
+PEER_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_best_peer"
 
 _PERCENTILES = (50, 90, 95, 99)
 
@@ -220,9 +221,11 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
 
     Throughput per round is ``checkpoint_physical_size_bytes × checkpoint_read_count ÷ round
     duration`` with ``checkpoint_read_count = data_parallel_replicate_size`` (each replica group
-    reads the whole checkpoint). For a failed result the round-duration and throughput columns
-    are None (its timings are not a valid measurement) while counters and resources stay, for
-    diagnosis. ``rank_counters_json`` holds the last round's per-rank counters.
+    reads the whole checkpoint). A save row (``checkpoint_write``) uses the same columns with
+    the bytes one save wrote and a count of 1 (replicated entries are written once). For a
+    failed result the round-duration and throughput columns are None (its timings are not a
+    valid measurement) while counters and resources stay, for diagnosis.
+    ``rank_counters_json`` holds the last round's per-rank counters.
 
     Raises:
       ValueError: reader options that are not JSON-serializable.
@@ -231,7 +234,7 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
     ok = result.status == STATUS_OK
     rounds = list(result.rounds)
     durations = [r.duration_s for r in rounds] if ok else []
-    read_count = case.data_parallel_replicate_size
+    read_count = 1 if result.scenario == SCENARIO_WRITE else case.data_parallel_replicate_size
     size = result.checkpoint_physical_size_bytes
     bytes_per_round = None if size is None else size * read_count
     last_counters = rounds[-1].rank_counters if rounds else None
@@ -241,7 +244,7 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         "run_started_at": iso_timestamp(run.started_at),
         "benchmark_case_id": case.name,
         "workload_family": WORKLOAD_FAMILY,
-        "workload_scenario": WORKLOAD_SCENARIO,
+        "workload_scenario": result.scenario,
         "workload_implementation": result.reader,
         "config_sweep_axis": case.sweep_axis,
         "model_id": case.model_id,
@@ -280,6 +283,8 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         **throughput_columns(durations, bytes_per_round),
         RATIO_COLUMN: None,
         "baseline_implementation": None,
+        PEER_RATIO_COLUMN: None,
+        "best_peer_implementation": None,
         **counter_columns(rounds),
         "rank_counters_json": (
             None
@@ -291,8 +296,25 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
     return row
 
 
-def add_baseline_ratios(rows: Iterable[Row], baseline: str = "fsspec") -> list[Row]:
-    """Copies of ``rows`` with the throughput ratio to the baseline reader of the same case.
+def best_peer(rows: Iterable[Row], case: str, candidate: str, baseline: str) -> Row | None:
+    """The fastest ok row of ``case`` from an arm that is neither ``candidate`` nor ``baseline``
+    (highest mean throughput), or None when no peer has one."""
+    peers = [
+        row
+        for row in rows
+        if row["benchmark_case_id"] == case
+        and row["workload_implementation"] not in (candidate, baseline)
+        and row.get("status") == STATUS_OK
+        and row.get(THROUGHPUT_COLUMN)
+    ]
+    return max(peers, key=lambda row: row[THROUGHPUT_COLUMN]) if peers else None
+
+
+def add_baseline_ratios(
+    rows: Iterable[Row], baseline: str = "fsspec", candidate: str = "gcsckpt"
+) -> list[Row]:
+    """Copies of ``rows`` with the throughput ratio to the baseline reader of the same case,
+    and on the candidate's rows the ratio to the best peer (see :func:`best_peer`).
 
     For each row whose run and case also have a row from ``baseline`` with a measured mean
     throughput > 0, sets ``checkpoint_read_throughput_ratio_to_baseline`` = row mean throughput ÷
@@ -306,10 +328,16 @@ def add_baseline_ratios(rows: Iterable[Row], baseline: str = "fsspec") -> list[R
         if row["workload_implementation"] == baseline and row.get(THROUGHPUT_COLUMN)
     }
     for row in rows:
+        own = row.get(THROUGHPUT_COLUMN)
+        if row["workload_implementation"] == candidate and own:
+            same_run = [r for r in rows if r["run_id"] == row["run_id"]]
+            peer = best_peer(same_run, row["benchmark_case_id"], candidate, baseline)
+            if peer is not None:
+                row[PEER_RATIO_COLUMN] = own / peer[THROUGHPUT_COLUMN]
+                row["best_peer_implementation"] = peer["workload_implementation"]
         reference = baselines.get((row["run_id"], row["benchmark_case_id"]))
         if reference is None:
             continue
         row["baseline_implementation"] = baseline
-        own = row.get(THROUGHPUT_COLUMN)
         row[RATIO_COLUMN] = None if own is None else own / reference
     return rows

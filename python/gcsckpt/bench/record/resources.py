@@ -62,6 +62,26 @@ class ResourceUsage:
     network_sent_bytes: int
 
 
+def merge_usage(usages: Sequence[ResourceUsage]) -> ResourceUsage | None:
+    """One ResourceUsage for several sampling windows (e.g. one per interleaved round): peaks
+    are the highest, means weighted by window length, counts and bytes summed; None for none."""
+    if not usages:
+        return None
+    duration = sum(u.duration_s for u in usages)
+    return ResourceUsage(
+        duration_s=duration,
+        sample_count=sum(u.sample_count for u in usages),
+        cpu_peak_cores=max(u.cpu_peak_cores for u in usages),
+        cpu_mean_cores=(
+            sum(u.cpu_mean_cores * u.duration_s for u in usages) / duration if duration else 0.0
+        ),
+        memory_peak_bytes=max(u.memory_peak_bytes for u in usages),
+        memory_peak_bytes_per_process_max=max(u.memory_peak_bytes_per_process_max for u in usages),
+        network_received_bytes=sum(u.network_received_bytes for u in usages),
+        network_sent_bytes=sum(u.network_sent_bytes for u in usages),
+    )
+
+
 def summarize(
     samples: Sequence[TreeSample],
     network_received_bytes: int,

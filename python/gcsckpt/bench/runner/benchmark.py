@@ -1,8 +1,12 @@
-"""The checkpoint-load benchmark: per case, set up once, then timed rounds with each reader.
+"""The checkpoint benchmark: per case, set up once, timed loads with each reader, timed saves with
+each writer.
 
 For every selected case: make sure a complete checkpoint with the run's config hash is stored
-(else save one in a setup job), then run each reader's timed rounds in a load job on fresh rank
-processes, sampling the process tree's CPU and memory meanwhile. A failure (setup, a rank, a
+(else save one in a setup job), then run the readers' timed rounds interleaved (round 1 of each
+reader, then round 2, ...), each round a job on fresh rank processes, sampling the process
+tree's CPU and memory meanwhile; then, when writers are asked for, the writers' timed saves the
+same way (rows named ``save-...``, each save verified by a stock load). Interleaving spreads a
+noisy machine's slow minutes over every arm instead of one. A failure (setup, a rank, a
 verification) fails that case and reader only; the run goes on and publishes every row: results
 JSON/CSV, Markdown tables with the gcsckpt/fsspec ratio on stdout, a PNG chart and, if asked,
 BigQuery rows.
@@ -15,8 +19,9 @@ import dataclasses
 import datetime
 import os
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,10 +30,10 @@ from rich.console import Console
 from gcsckpt.bench.cases.catalogue import Case
 from gcsckpt.bench.publish.report import PublishedReport, publish_report
 from gcsckpt.bench.record.case_result import CaseInfo, CaseResult, RunContext
-from gcsckpt.bench.record.host import collect_host_facts, package_version
+from gcsckpt.bench.record.host import collect_host_facts
 from gcsckpt.bench.record.metrics import case_row
 from gcsckpt.bench.record.progress import ProgressDisplay
-from gcsckpt.bench.record.resources import ResourceSampler
+from gcsckpt.bench.record.resources import ResourceSampler, merge_usage
 from gcsckpt.bench.runner.config import BASELINE_READER, RunConfig
 from gcsckpt.bench.runner.launch import JobError, SpawnLauncher
 from gcsckpt.bench.runner.manifest import (
@@ -38,9 +43,18 @@ from gcsckpt.bench.runner.manifest import (
     reusable,
     write_manifest,
 )
-from gcsckpt.bench.runner.results import load_result
+from gcsckpt.bench.runner.results import load_result, merge_rank_results, save_result
 from gcsckpt.bench.runner.storage import BenchStorage
-from gcsckpt.bench.worker.jobs import SAVE_SEED, LoadJob, SetupJob, Storage
+from gcsckpt.bench.worker import arms
+from gcsckpt.bench.worker.jobs import (
+    SAVE_SEED,
+    LoadJob,
+    SaveJob,
+    SetupJob,
+    Storage,
+    VerifySaveJob,
+    with_verification,
+)
 from gcsckpt.bench.worker.rank import RankFailure
 from gcsckpt.parallel.app_state import state_config_hash
 from gcsckpt.testing.local_ranks import backend_for
@@ -86,17 +100,30 @@ class _QuietDisplay:
         return 0
 
 
-def reader_options(reader: str) -> dict[str, Any]:
-    """What identifies a reader's setup in the results (the readers run with their defaults)."""
-    if reader == CANDIDATE_READER:
-        return {"class": "gcsckpt.dcp.GCSStorageReader", "options": "defaults"}
-    return {
-        "class": "torch.distributed.checkpoint._fsspec_filesystem.FsspecReader",
-        "filesystem": "gcsfs",
-        "gcsfs_version": package_version("gcsfs"),
-        "fsspec_version": package_version("fsspec"),
-        "options": "defaults",
-    }
+def _any_failed(gathered: list[Any]) -> bool:
+    """Whether any rank of a job failed (a RankFailure, or a result with an error)."""
+    return any(isinstance(g, RankFailure) or getattr(g, "error", None) for g in gathered)
+
+
+def phase_table(phases: list[tuple[str, float]], total_s: float) -> str:
+    """Markdown: wall seconds of every job of the run (where the time went), and the total.
+
+    Args:
+      phases: (job label, wall seconds) in run order.
+      total_s: the whole run's wall time, seconds (setup of the endpoint, publishing included).
+    """
+    lines = ["| job | wall s |", "|---|---|"]
+    lines += [f"| {label} | {seconds:.1f} |" for label, seconds in phases]
+    jobs = sum(seconds for _, seconds in phases)
+    lines.append(f"| all jobs | {jobs:.1f} |")
+    lines.append(f"| whole run (endpoint, setup checks, publishing included) | {total_s:.1f} |")
+    return "\n".join(lines)
+
+
+def save_case_info(info: CaseInfo) -> CaseInfo:
+    """The save phase's CaseInfo: the load case's, named ``save-...`` (as the seed names them)."""
+    name = info.name[len("load-") :] if info.name.startswith("load-") else info.name
+    return dataclasses.replace(info, name=f"save-{name}")
 
 
 def new_run_id(now: datetime.datetime) -> str:
@@ -110,9 +137,19 @@ def rounds_note(config: RunConfig, cases: list[Case]) -> str:
         return "No cases selected."
     per_reader = []
     for reader in config.readers:
-        counts = sorted({config.rounds_for(reader, c.rounds) for c in cases})
-        per_reader.append(f"{reader} {'/'.join(str(n) for n in counts)}")
+        loaded = [c for c in cases if reader in config.readers_for(c.name)]
+        counts = sorted({config.rounds_for(reader, c.rounds) for c in loaded})
+        where = "" if len(loaded) == len(cases) else f" on {len(loaded)} of {len(cases)} cases"
+        per_reader.append(f"{reader} {'/'.join(str(n) for n in counts)}{where}")
     note = f"Timed rounds per case: {', '.join(per_reader)}."
+    saved = [c for c in cases if config.saves_case(c.name)]
+    if saved:
+        counts = sorted({config.save_rounds_for(c.rounds) for c in saved})
+        note += (
+            f" Timed saves per writer ({', '.join(config.writers)}): "
+            f"{'/'.join(str(n) for n in counts)} on {len(saved)} case(s), each verified by a "
+            "stock load."
+        )
     candidate_most = max(config.rounds_for(CANDIDATE_READER, c.rounds) for c in cases)
     if (
         BASELINE_READER in config.readers
@@ -137,6 +174,15 @@ class _Run:
         self.launcher = launcher
         self.display = display
         self.out = out
+        self.phase_seconds: list[tuple[str, float]] = []  # (job label, wall s), in run order
+
+    def reader_options(self, reader: str) -> dict[str, Any]:
+        """The reader's settings recorded with its rows."""
+        return arms.reader_settings(reader, emulator=self.storage.endpoint is not None)
+
+    def writer_options(self, writer: str) -> dict[str, Any]:
+        """The writer's settings recorded with its save rows."""
+        return arms.writer_settings(writer, emulator=self.storage.endpoint is not None)
 
     def say(self, text: str) -> None:
         if self.launcher.is_leader:
@@ -165,11 +211,10 @@ class _Run:
             delete_prefix(client, spec.bucket, spec.setup_prefix)
         self.launcher.agree(None)  # nobody saves before the old objects are gone
         job = SetupJob(case, spec, self.config.device)
-        with self.display.phase(f"{job.label} ({why})"):
-            try:
-                gathered = self.launcher.run(job, self.display.drain)
-            except JobError as err:
-                raise SetupError(str(err)) from err
+        try:
+            gathered = self._timed_run(job, f"{job.label} ({why})")
+        except JobError as err:
+            raise SetupError(str(err)) from err
         failures = [g.message for g in gathered if isinstance(g, RankFailure)]
         if failures:
             raise SetupError(f"{job.label}: {'; '.join(failures[:4])}")
@@ -177,35 +222,145 @@ class _Run:
             manifest = write_manifest(client, spec, case.name, config_hash, case.world_size)
         return self.launcher.agree(manifest)
 
-    def load(
-        self, case: Case, info: CaseInfo, spec: Storage, reader: str, manifest: SetupManifest
-    ) -> CaseResult:
-        """One reader's timed rounds on the case, as a CaseResult (failed ones included)."""
-        rounds = self.config.rounds_for(reader, case.rounds)
-        job = LoadJob(case, spec, reader, rounds, self.config.device)
+    def _timed_run(self, job: Any, label: str) -> list[Any]:
+        """``launcher.run(job)`` under a display phase; its wall time goes to phase_seconds."""
+        start = time.monotonic()
+        try:
+            with self.display.phase(label):
+                return self.launcher.run(job, self.display.drain)
+        finally:
+            self.phase_seconds.append((label, time.monotonic() - start))
+
+    def _job_round(self, job: Any) -> tuple[list[Any] | None, str | None, Any]:
+        """Runs one job (one round of one arm); returns (gathered, launch error, usage).
+
+        A save on another interpreter (an arm's own venv) runs unverified, then a
+        VerifySaveJob on the runner's interpreter checks it (outside the resource sample).
+        """
         gathered, error = None, None
+        separate = isinstance(job, SaveJob) and job.python is not None
+        if separate:
+            job = dataclasses.replace(job, verify=False)
         sampler = ResourceSampler()  # the runner's tree: rank processes and the local endpoint
         sampler.start()
         try:
-            with self.display.phase(f"{job.label}, {rounds} round(s)"):
-                gathered = self.launcher.run(job, self.display.drain)
+            gathered = self._timed_run(job, job.label + f", round {job.first_round + 1}")
         except JobError as err:
             error = str(err)
         finally:
             usage = sampler.stop()
-        return load_result(
-            info,
-            reader,
-            gathered,
-            rounds,
-            manifest=manifest,
-            reader_options=reader_options(reader),
-            resources=usage,
-            error=error,
-        )
+        if separate and gathered is not None and not _any_failed(gathered):
+            check = VerifySaveJob(job.case, job.storage, job.writer, job.device, job.first_round)
+            try:
+                gathered = with_verification(gathered, self._timed_run(check, check.label))
+            except JobError as err:
+                gathered, error = None, str(err)
+        return gathered, error, usage
+
+    def interleaved(self, jobs: dict[str, tuple[Any, int]]) -> dict[str, tuple[Any, ...]]:
+        """Runs the arms' rounds interleaved: round 1 of every arm, then round 2, ... (an arm
+        with fewer rounds drops out after its last). Each round is its own job on fresh rank
+        processes (fresh state, fresh reader or writer, the round's own seed). An arm stops
+        after a round that failed (its later rounds would only repeat the error).
+
+        Args:
+          jobs: arm name -> (a LoadJob or SaveJob template with rounds=1, its rounds).
+
+        Returns:
+          arm name -> (merged gathered results or None, first launch error or None, merged
+          resource usage or None).
+        """
+        parts: dict[str, list[list[Any]]] = {arm: [] for arm in jobs}
+        errors: dict[str, str | None] = {arm: None for arm in jobs}
+        usages: dict[str, list[Any]] = {arm: [] for arm in jobs}
+        stopped: set[str] = set()
+        for index in range(max(rounds for _, rounds in jobs.values())):
+            for arm, (template, rounds) in jobs.items():
+                if index >= rounds or arm in stopped:
+                    continue
+                job = dataclasses.replace(template, first_round=index)
+                try:
+                    gathered, error, usage = self._job_round(job)
+                except Exception as err:  # e.g. a job that cannot start: this arm fails
+                    gathered, error, usage = None, f"{type(err).__name__}: {err}", None
+                if usage is not None:
+                    usages[arm].append(usage)
+                if gathered is not None:
+                    parts[arm].append(gathered)
+                bad = error is not None or gathered is None or _any_failed(gathered)
+                if bad:
+                    errors[arm] = errors[arm] or error
+                    stopped.add(arm)
+        return {
+            arm: (
+                merge_rank_results(parts[arm]) if parts[arm] else None,
+                errors[arm],
+                merge_usage(usages[arm]),
+            )
+            for arm in jobs
+        }
+
+    def loads(
+        self, case: Case, info: CaseInfo, spec: Storage, manifest: SetupManifest
+    ) -> list[CaseResult]:
+        """Every reader's timed rounds on the case, interleaved per round, as CaseResults
+        (failed ones included, in ``--readers`` order)."""
+        device = self.config.device
+        jobs = {
+            reader: (
+                LoadJob(case, spec, reader, 1, device),
+                self.config.rounds_for(reader, case.rounds),
+            )
+            for reader in self.config.readers_for(case.name)
+        }
+        outcomes = self.interleaved(jobs)
+        results = []
+        for reader, (_, rounds) in jobs.items():
+            gathered, error, usage = outcomes[reader]
+            result = load_result(
+                info,
+                reader,
+                gathered,
+                rounds,
+                manifest=manifest,
+                reader_options=self.reader_options(reader),
+                resources=usage,
+                error=error,
+            )
+            if result.status != "ok":
+                self.say(f"{case.name} with {reader} FAILED: {result.error_message}")
+            results.append(result)
+        return results
+
+    def saves(self, case: Case, info: CaseInfo, spec: Storage) -> list[CaseResult]:
+        """Every writer's timed saves on the case, interleaved per round, as CaseResults named
+        ``save-...`` (a writer that fails is reported, never dropped)."""
+        rounds = self.config.save_rounds_for(case.rounds)
+        jobs = {
+            writer: (SaveJob(case, spec, writer, 1, self.config.device), rounds)
+            for writer in self.config.writers
+        }
+        outcomes = self.interleaved(jobs)
+        results = []
+        for writer in self.config.writers:
+            gathered, error, usage = outcomes[writer]
+            result = save_result(
+                save_case_info(info),
+                writer,
+                gathered,
+                rounds,
+                writer_options=self.writer_options(writer),
+                resources=usage,
+                error=error,
+            )
+            if result.status != "ok":
+                self.say(f"{result.case.name} with {writer} FAILED: {result.error_message}")
+            results.append(result)
+        return results
 
     def case(self, case: Case) -> list[CaseResult]:
-        """All readers' results for one case; a setup failure fails every reader's row."""
+        """All readers' results for one case, then all writers' (when the save phase runs on
+        it); a setup failure fails every reader's row."""
         info = CaseInfo.from_case(case, self.config.model_scale)
         spec = self.storage.for_case(case.base_name)  # the same objects whatever the bucket type
         try:
@@ -215,27 +370,19 @@ class _Run:
             self.say(f"{case.name}: {message}")
             return [
                 load_result(
-                    info, r, None, 1, manifest=None, reader_options=reader_options(r), error=message
-                )
-                for r in self.config.readers
-            ]
-        results = []
-        for reader in self.config.readers:
-            try:
-                result = self.load(case, info, spec, reader, manifest)
-            except Exception as err:  # e.g. a job that cannot start: this pair fails, not the run
-                result = load_result(
                     info,
-                    reader,
+                    r,
                     None,
                     1,
-                    manifest=manifest,
-                    reader_options=reader_options(reader),
-                    error=f"{type(err).__name__}: {err}",
+                    manifest=None,
+                    reader_options=self.reader_options(r),
+                    error=message,
                 )
-            if result.status != "ok":
-                self.say(f"{case.name} with {reader} FAILED: {result.error_message}")
-            results.append(result)
+                for r in self.config.readers_for(case.name)
+            ]
+        results = self.loads(case, info, spec, manifest)
+        if self.config.saves_case(case.name):
+            results.extend(self.saves(case, info, spec))
         return results
 
 
@@ -246,6 +393,7 @@ def run_benchmark(
     out: TextIO | None = None,
     live_progress: bool | None = None,
     cases: list[Case] | None = None,
+    upload_ceiling: Callable[[BenchStorage], float | None] | None = None,
 ) -> RunOutcome:
     """Runs the benchmark ``config`` describes and publishes its rows.
 
@@ -255,6 +403,10 @@ def run_benchmark(
       out: where the tables and notes go (stdout by default).
       live_progress: force the live progress view on or off (default: when stderr is a tty).
       cases: the cases to run, already selected (default: ``config.selected_cases()``).
+      upload_ceiling: when given and a save phase ran, called once with the run's storage
+        (endpoint still up) after the cases; its bytes/s (None: not measured) become the
+        ceiling of every ``save-...`` case in the summary table (ceiling column and
+        gcsckpt's fraction of it).
 
     Returns:
       RunOutcome (failed cases are in it; they do not raise).
@@ -269,6 +421,7 @@ def run_benchmark(
     if cases is None:
         cases = config.selected_cases()
     started = datetime.datetime.now(datetime.UTC)
+    wall_start = time.monotonic()
     run_id = new_run_id(started)
     output_dir = Path(os.path.expanduser(config.output_dir or os.path.join(RESULTS_ROOT, run_id)))
     host = collect_host_facts(probe_accelerator=config.device == "cuda")
@@ -288,6 +441,13 @@ def run_benchmark(
         )
         for case in cases:
             results.extend(run.case(case))
+        ceilings = None
+        save_cases = [r.case.name for r in results if r.scenario == "checkpoint_write"]
+        if upload_ceiling is not None and save_cases and launcher.is_leader:
+            ceiling = upload_ceiling(storage)
+            if ceiling is not None:
+                ceilings = dict.fromkeys(save_cases, ceiling)
+    phases = run.phase_seconds
     context = RunContext(
         run_id=run_id,
         started_at=started,
@@ -310,6 +470,7 @@ def run_benchmark(
             baseline=BASELINE_READER,
             out=out,
             bigquery_endpoint=config.bigquery_endpoint,
+            ceilings=ceilings,
         )
         print(
             f"\nResults: {report.files.json_path}, {report.files.csv_path}, {report.plot_path}"
@@ -318,6 +479,11 @@ def run_benchmark(
                 if report.bigquery_rows
                 else ""
             ),
+            file=out,
+            flush=True,
+        )
+        print(
+            f"\nWhere the time went:\n\n{phase_table(phases, time.monotonic() - wall_start)}",
             file=out,
             flush=True,
         )

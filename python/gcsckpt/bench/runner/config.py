@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 
 from gcsckpt.bench.cases.catalogue import Case
 from gcsckpt.bench.cases.selection import select_run_cases
 from gcsckpt.bench.runner.bucket_type import run_bucket_type
 from gcsckpt.bench.runner.storage import DEFAULT_LOCAL_DIR
-from gcsckpt.bench.worker.jobs import READERS
+from gcsckpt.bench.worker.arms import PEERS, READERS, WRITERS
 from gcsckpt.dcp.paths import parse_checkpoint_id
 from gcsckpt.models.configs import SCALES
 
@@ -26,9 +27,16 @@ class RunConfig:
       catalogue: catalogue YAML path; None: the shipped one.
       bucket: ``gs://bucket[/prefix]``; None: the embedded local endpoint.
       endpoint: emulator URL for ``bucket`` (None: real GCS).
-      readers: readers to run, in order (``gcsckpt``, ``fsspec``).
+      readers: readers to run, in order (among ``gcsckpt``, ``fsspec``, ``msc``); default: the
+        two the runner started with (the programs' ``--readers`` default is every reader).
+      writers: writers of the save phase, in order (same names); empty: no save phase.
+      save_rounds: timed saves per case and writer; None: same as ``rounds`` (or the case's).
+      save_cases: globs of the (load) case names the save phase runs on; empty: every case.
       rounds: timed rounds per case for every reader but the baseline; None: the case's.
       baseline_rounds: rounds for the ``fsspec`` baseline; None: same as ``rounds``.
+      baseline_cases: globs of the (load) case names the ``fsspec`` baseline loads; empty:
+        every case (it needs minutes per round on some).
+      peer_rounds: rounds for the peer readers (``arms.PEERS``); None: same as ``rounds``.
       world_size_override: resize every case to this many ranks.
       model_scale: ``full``, ``scaled`` or ``tiny``.
       output_dir: results folder; None: ``~/.cache/gcsckpt/results/<run id>``.
@@ -52,9 +60,14 @@ class RunConfig:
     catalogue: str | None = None
     bucket: str | None = None
     endpoint: str | None = None
-    readers: tuple[str, ...] = READERS
+    readers: tuple[str, ...] = ("gcsckpt", BASELINE_READER)
+    writers: tuple[str, ...] = ()
+    save_rounds: int | None = None
+    save_cases: tuple[str, ...] = ()
     rounds: int | None = None
     baseline_rounds: int | None = None
+    baseline_cases: tuple[str, ...] = ()
+    peer_rounds: int | None = None
     world_size_override: int | None = None
     model_scale: str = "scaled"
     output_dir: str | None = None
@@ -75,11 +88,23 @@ class RunConfig:
                 f"--readers {','.join(self.readers)!r}: give distinct names among "
                 f"{', '.join(READERS)}"
             )
+        unknown = [w for w in self.writers if w not in WRITERS]
+        if unknown or len(set(self.writers)) != len(self.writers):
+            raise ValueError(
+                f"--writers {','.join(self.writers)!r}: give distinct names among "
+                f"{', '.join(WRITERS)}"
+            )
         if self.model_scale not in SCALES:
             raise ValueError(f"--model_scale {self.model_scale!r}: known {', '.join(SCALES)}")
         if self.device not in DEVICES:
             raise ValueError(f"--device {self.device!r}: known {', '.join(DEVICES)}")
-        for flag in ("rounds", "baseline_rounds", "world_size_override"):
+        for flag in (
+            "rounds",
+            "baseline_rounds",
+            "peer_rounds",
+            "save_rounds",
+            "world_size_override",
+        ):
             value = getattr(self, flag)
             if value is not None and value < 1:
                 raise ValueError(f"--{flag} must be >= 1, got {value}")
@@ -106,7 +131,31 @@ class RunConfig:
         rounds = self.rounds if self.rounds is not None else case_rounds
         if reader == BASELINE_READER and self.baseline_rounds is not None:
             return self.baseline_rounds
+        if reader in PEERS and self.peer_rounds is not None:
+            return self.peer_rounds
         return rounds
+
+    def readers_for(self, case_name: str) -> tuple[str, ...]:
+        """The readers that load the case ``case_name`` (the baseline only where
+        ``baseline_cases`` matches), in ``readers`` order."""
+        if not self.baseline_cases:
+            return self.readers
+        keep = any(fnmatch.fnmatchcase(case_name, p) for p in self.baseline_cases)
+        return tuple(r for r in self.readers if r != BASELINE_READER or keep)
+
+    def save_rounds_for(self, case_rounds: int) -> int:
+        """Timed saves of each writer on a case whose catalogue entry asks for ``case_rounds``."""
+        if self.save_rounds is not None:
+            return self.save_rounds
+        return self.rounds if self.rounds is not None else case_rounds
+
+    def saves_case(self, case_name: str) -> bool:
+        """Whether the save phase runs on the (load) case ``case_name``."""
+        if not self.writers:
+            return False
+        return not self.save_cases or any(
+            fnmatch.fnmatchcase(case_name, pattern) for pattern in self.save_cases
+        )
 
     def selected_cases(self) -> list[Case]:
         """The cases this run loads, in catalogue order (the one place a run selects them),

@@ -14,7 +14,7 @@ from absl import app, flags
 
 from gcsckpt.bench.runner.config import DEVICES, RunConfig
 from gcsckpt.bench.runner.storage import DEFAULT_LOCAL_DIR
-from gcsckpt.bench.worker.jobs import READERS
+from gcsckpt.bench.worker.arms import READERS, WRITERS
 from gcsckpt.models.configs import SCALES
 
 FLAGS = flags.FLAGS
@@ -36,10 +36,29 @@ flags.DEFINE_string(
     "gs://bucket[/prefix] to run against (Application Default Credentials; an emulator when "
     "STORAGE_EMULATOR_HOST is set). Default: the embedded local GCS endpoint.",
 )
-flags.DEFINE_list("readers", list(READERS), "Readers to run, in order.")
+flags.DEFINE_list("readers", list(READERS), f"Readers to run, in order ({', '.join(READERS)}).")
+flags.DEFINE_list(
+    "writers",
+    [],
+    f"Writers of the save phase, in order ({', '.join(WRITERS)}); empty: no save phase.",
+)
+flags.DEFINE_integer(
+    "save_rounds", None, "Timed saves per case and writer. Default: same as --rounds."
+)
+flags.DEFINE_list(
+    "save_cases", [], "Case names or globs the save phase runs on. Default: every selected case."
+)
 flags.DEFINE_integer("rounds", None, "Timed rounds per case and reader. Default: the case's (3).")
 flags.DEFINE_integer(
     "baseline_rounds", None, "Timed rounds of the fsspec baseline. Default: same as --rounds."
+)
+flags.DEFINE_list(
+    "baseline_cases",
+    [],
+    "Case names or globs the fsspec baseline loads. Default: every selected case.",
+)
+flags.DEFINE_integer(
+    "peer_rounds", None, "Timed rounds of the peer readers (msc, dataflux). Default: --rounds."
 )
 flags.DEFINE_integer("world_size_override", None, "Resize every case to this many ranks.")
 flags.DEFINE_enum("model_scale", "scaled", list(SCALES), "Model size for every shipped model.")
@@ -90,8 +109,13 @@ def config_from_flags() -> RunConfig:
             bucket=FLAGS.bucket,
             endpoint=endpoint,
             readers=tuple(FLAGS.readers),
+            writers=tuple(FLAGS.writers),
+            save_rounds=FLAGS.save_rounds,
+            save_cases=tuple(FLAGS.save_cases),
             rounds=FLAGS.rounds,
             baseline_rounds=FLAGS.baseline_rounds,
+            baseline_cases=tuple(FLAGS.baseline_cases),
+            peer_rounds=FLAGS.peer_rounds,
             world_size_override=FLAGS.world_size_override,
             model_scale=FLAGS.model_scale,
             output_dir=FLAGS.output_dir,

@@ -4,7 +4,9 @@
 through ``gcsckpt.testing.local_ranks`` (the launcher the tests use too: forkserver with torch,
 transformers and the worker preloaded, a free loopback port), relays the ranks' progress
 messages to the display, enforces a wall-clock limit and returns rank 0's gathered results.
-Fresh processes per job return setup memory before the timed rounds.
+Fresh processes per job return setup memory before the timed rounds. A job whose arm runs on
+another interpreter (``job.python``, e.g. the dataflux arm's venv) gets its ranks started with
+"spawn" on that interpreter (no preload there: each rank imports what it needs).
 
 ``TorchrunLauncher`` is for processes started by ``torchrun`` (one per rank, any number of
 nodes): the group is already formed (``env://``), so every rank calls the job itself.
@@ -57,6 +59,15 @@ class SpawnLauncher:
         self.timeout_s = timeout_s
         self.start_method = start_method
         self._ranks = LocalRanks(_PRELOAD, start_method=start_method, timeout_s=timeout_s)
+        self._foreign: dict[str, LocalRanks] = {}
+
+    def _ranks_for(self, job: Any) -> LocalRanks:
+        executable = getattr(job, "python", None)
+        if executable is None:
+            return self._ranks
+        if executable not in self._foreign:
+            self._foreign[executable] = LocalRanks(timeout_s=self.timeout_s, executable=executable)
+        return self._foreign[executable]
 
     def agree(self, value: Any) -> Any:
         """One process decides everything here: the value is already agreed."""
@@ -66,19 +77,21 @@ class SpawnLauncher:
         """Runs ``job`` on fresh rank processes; returns rank 0's gathered per-rank results.
 
         Args:
-          job: a ``SetupJob`` or ``LoadJob``.
+          job: a ``SetupJob``, ``LoadJob``, ``SaveJob`` or ``VerifySaveJob``.
           on_progress: called with the progress queue between polls (e.g.
             ``ProgressDisplay.drain``); None to ignore progress.
 
         Raises:
           JobError: a rank process raised or exited (the message names the rank and the
             error's last line), the job exceeded ``timeout_s``, or rank 0 left no results.
+          FileNotFoundError: the job's arm interpreter is missing.
         """
-        queue = self._ranks.queue(_QUEUE_SIZE)
+        ranks = self._ranks_for(job)
+        queue = ranks.queue(_QUEUE_SIZE)
         world = job.case.world_size
         poll = None if on_progress is None else (lambda: on_progress(queue))
         try:
-            per_rank = self._ranks.run(
+            per_rank = ranks.run(
                 spawned_rank_main,
                 world,
                 job,

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gcsckpt.bench.record.case_result import (
+    SCENARIO_WRITE,
     STATUS_FAILED,
     STATUS_OK,
     CaseInfo,
@@ -65,6 +66,27 @@ def _rounds(ranks: Sequence[RankLoadResult]) -> list[RoundRecord]:
     return records
 
 
+def merge_rank_results(parts: Sequence[Sequence[Any]]) -> list[Any]:
+    """Per rank, one result from several jobs' gathered results (in job order): rounds and
+    written bytes concatenated, the first error kept; a rank that failed in any job stays a
+    RankFailure. ``parts`` are gathered lists of the same world size."""
+    merged: list[Any] = []
+    for entries in zip(*parts, strict=True):
+        failure = next((e for e in entries if isinstance(e, RankFailure)), None)
+        if failure is not None:
+            merged.append(failure)
+            continue
+        merged.append(
+            RankLoadResult(
+                rank=entries[0].rank,
+                rounds=tuple(r for e in entries for r in e.rounds),
+                error=next((e.error for e in entries if e.error), None),
+                written_bytes=tuple(b for e in entries for b in e.written_bytes),
+            )
+        )
+    return merged
+
+
 def load_result(
     info: CaseInfo,
     reader: str,
@@ -75,8 +97,10 @@ def load_result(
     reader_options: Mapping[str, Any],
     resources: ResourceUsage | None = None,
     error: str | None = None,
+    scenario: str | None = None,
+    written_bytes: int | None = None,
 ) -> CaseResult:
-    """The CaseResult of one load job.
+    """The CaseResult of one load job (or, with ``scenario=checkpoint_write``, one save job).
 
     Args:
       info: the case. reader: the reader's name.
@@ -87,6 +111,9 @@ def load_result(
       reader_options: recorded with the row.
       resources: process-tree usage during the job.
       error: a failure found before or around the job (launch error, setup failure).
+      scenario: ``checkpoint_write`` for a save job (default: a load job).
+      written_bytes: for a save job, the bytes one save left in storage (its physical size);
+        the object count is then unknown (None).
     """
     problems: list[str] = [error] if error else []
     records: list[RoundRecord] = []
@@ -116,8 +143,47 @@ def load_result(
         status=STATUS_FAILED if problems else STATUS_OK,
         error_message=_message(problems) if problems else None,
         checksums_verified=verified,
-        checkpoint_physical_size_bytes=manifest.physical_size_bytes if manifest else None,
-        checkpoint_object_count=manifest.object_count if manifest else None,
+        checkpoint_physical_size_bytes=(
+            written_bytes
+            if scenario == SCENARIO_WRITE
+            else (manifest.physical_size_bytes if manifest else None)
+        ),
+        checkpoint_object_count=(
+            None if scenario == SCENARIO_WRITE or not manifest else manifest.object_count
+        ),
         reader_options=dict(reader_options),
         resources=resources,
+        **({"scenario": scenario} if scenario else {}),
+    )
+
+
+def save_result(
+    info: CaseInfo,
+    writer: str,
+    gathered: Sequence[Any] | None,
+    rounds_wanted: int,
+    *,
+    writer_options: Mapping[str, Any],
+    resources: ResourceUsage | None = None,
+    error: str | None = None,
+) -> CaseResult:
+    """The CaseResult of one save job (``info`` named ``save-...``): fails like a load job,
+    and also when rank 0 reports no written bytes or saves of different sizes."""
+    sizes: set[int] = set()
+    for entry in gathered or ():
+        if isinstance(entry, RankLoadResult) and entry.rank == 0:
+            sizes = set(entry.written_bytes)
+    if error is None and gathered is not None and len(sizes) > 1:
+        error = f"saves of {writer} wrote different sizes: {sorted(sizes)} bytes"
+    return load_result(
+        info,
+        writer,
+        gathered,
+        rounds_wanted,
+        manifest=None,
+        reader_options=writer_options,
+        resources=resources,
+        error=error,
+        scenario=SCENARIO_WRITE,
+        written_bytes=max(sizes) if sizes else None,
     )

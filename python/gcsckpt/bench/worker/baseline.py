@@ -1,4 +1,5 @@
-"""The stock baseline: torch's ``FsspecReader`` over gcsfs, plus an outside count of its requests.
+"""The stock baseline: torch's ``FsspecReader`` / ``FsspecWriter`` over gcsfs, plus an outside count
+of their requests.
 
 The reader is used exactly as shipped (default block size, cache and retries); the only addition
 is a wrapper around ``GCSFileSystem._request`` (every gcsfs HTTP call goes through it) that counts
@@ -112,3 +113,17 @@ def make_fsspec_reader(checkpoint_url: str, endpoint: str | None):
     # should cost the same however it is launched.
     logging.getLogger("gcsfs").setLevel(logging.WARNING)
     return FsspecReader(checkpoint_url, **fsspec_storage_options(endpoint))
+
+
+def make_fsspec_writer(checkpoint_url: str, endpoint: str | None):
+    """A stock ``FsspecWriter`` for ``checkpoint_url`` (``gs://bucket/prefix``), as shipped
+    (one object per rank, no extra threads, overwrite on), over gcsfs with the options of
+    :func:`fsspec_storage_options`; its gcsfs calls are counted like the reader's."""
+    if endpoint is not None:
+        os.environ.setdefault(_HNS_VAR, "false")
+    from gcsfs.core import GCSFileSystem
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecWriter
+
+    _install_counter(GCSFileSystem)
+    logging.getLogger("gcsfs").setLevel(logging.WARNING)
+    return FsspecWriter(checkpoint_url, **fsspec_storage_options(endpoint))

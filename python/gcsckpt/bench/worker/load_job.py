@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import gc
 import json
+import os
+import tempfile
 import time
 import traceback
+import uuid
 from typing import Any
 
 import torch
@@ -21,7 +24,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.bench.worker import baseline
+from gcsckpt.bench.worker import arms, baseline
 from gcsckpt.bench.worker.jobs import (
     LoadJob,
     RankLoadResult,
@@ -31,12 +34,12 @@ from gcsckpt.bench.worker.jobs import (
 )
 from gcsckpt.bench.worker.planner import counting_planner_for
 from gcsckpt.bench.worker.setup_job import rank_device
-from gcsckpt.dcp import GCSStorageReader, ObjectStore
+from gcsckpt.dcp import ObjectStore
 from gcsckpt.models.state import expected_bytes, local_checksums
 from gcsckpt.parallel.app_state import build_app_state
 from gcsckpt.parallel.mesh import build_mesh
 
-_LISTED_KEYS = 20  # mismatching keys kept per rank and round
+LISTED_KEYS = 20  # mismatching keys kept per rank and round
 _ERROR_CHARS = 600  # characters of one rank's error kept in messages
 
 
@@ -64,10 +67,23 @@ def _saved_checksums(job: LoadJob, rank: int) -> dict[str, Any]:
         store.close()
 
 
-def _make_reader(job: LoadJob):
-    if job.reader == "gcsckpt":
-        return GCSStorageReader(job.storage.checkpoint_url, endpoint=job.storage.endpoint)
-    return baseline.make_fsspec_reader(job.storage.checkpoint_url, job.storage.endpoint)
+def job_scratch_dir() -> str:
+    """A folder name agreed by every rank (rank 0's uuid, broadcast) for per-round scratch files
+    such as MSC's config and node-local cache; on each node under its temp folder."""
+    box = [uuid.uuid4().hex[:12] if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return os.path.join(tempfile.gettempdir(), "gcsckpt-bench", box[0])
+
+
+def msc_profile(scratch: str, arm: str, index: int, storage: Any, cache: bool):
+    """The round's MSCProfile (fresh profile name and folder per round)."""
+    return arms.MSCProfile(
+        os.path.join(scratch, f"{arm}-round{index + 1}"),
+        f"bench-{arm}-round{index + 1}-{os.path.basename(scratch)}",
+        storage.bucket,
+        storage.endpoint,
+        cache=cache,
+    )
 
 
 def _counters(job: LoadJob, reader: Any, planner: Any) -> dict[str, Any]:
@@ -86,11 +102,13 @@ def _counters(job: LoadJob, reader: Any, planner: Any) -> dict[str, Any]:
             "deserialize_s": stats.deserialize_s,
             "copy_s": stats.copy_s,
         }
-    counts = baseline.take_request_counts()
-    return {**common, "requests": counts.requests, "bytes_fetched": counts.data_bytes}
+    if job.reader == "fsspec":
+        counts = baseline.take_request_counts()
+        return {**common, "requests": counts.requests, "bytes_fetched": counts.data_bytes}
+    return common  # msc: its requests are not counted from the outside
 
 
-def _compare(saved: dict[str, str], loaded: dict[str, str]) -> tuple[list[str], list[str]]:
+def compare_checksums(saved: dict[str, str], loaded: dict[str, str]) -> tuple[list[str], list[str]]:
     """(keys whose checksum differs, keys present on only one side)."""
     differ = [key for key, digest in saved.items() if key in loaded and loaded[key] != digest]
     missing = sorted(set(saved) ^ set(loaded))
@@ -113,13 +131,23 @@ def run_load(job: LoadJob, report) -> RankLoadResult:
     saved = _saved_checksums(job, rank)
     dims = job.case.parallel_dims
     mesh = build_mesh(dims, device.type)
+    scratch = job_scratch_dir()
     rounds: list[RankRound] = []
-    for index in range(job.rounds):
-        label = f"{job.reader} round {index + 1}/{job.rounds}"
+    for index in range(job.first_round, job.first_round + job.rounds):
+        label = f"{job.reader} round {index + 1}"
         report(f"{label}: build state", 0, None)
         state = build_app_state(job.case.model, dims, mesh, seed=round_seed(index), device=device)
         needed = expected_bytes(state)
-        reader = _make_reader(job)
+        profile = None
+        if job.reader == "msc":
+            profile = msc_profile(scratch, "msc", index, job.storage, cache=True)
+        reader = arms.make_reader(
+            job.reader,
+            job.storage.bucket,
+            job.storage.checkpoint_prefix,
+            job.storage.endpoint,
+            profile,
+        )
         planner = counting_planner_for(
             job.reader,
             progress=lambda done, total, label=label: report(f"{label}: load", done, total),
@@ -135,12 +163,16 @@ def run_load(job: LoadJob, report) -> RankLoadResult:
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
         except (Exception, CheckpointException) as err:
+            if profile is not None:
+                profile.close()
             return RankLoadResult(rank, tuple(rounds), error=describe_error(err))
         end = time.time()
         dist.barrier()
+        if profile is not None:
+            profile.close()  # every rank is done with the round's cache
         report(f"{label}: verify", 0, 1)
         counters = _counters(job, reader, planner)
-        differ, missing = _compare(saved["checksums"], local_checksums(state))
+        differ, missing = compare_checksums(saved["checksums"], local_checksums(state))
         rounds.append(
             RankRound(
                 start_unix_s=start,
@@ -148,9 +180,9 @@ def run_load(job: LoadJob, report) -> RankLoadResult:
                 counters=counters,
                 committed_tensor_bytes=planner.committed_tensor_bytes,
                 expected_bytes=needed,
-                mismatched=tuple(differ[:_LISTED_KEYS]),
+                mismatched=tuple(differ[:LISTED_KEYS]),
                 mismatch_count=len(differ),
-                missing=tuple(missing[:_LISTED_KEYS]),
+                missing=tuple(missing[:LISTED_KEYS]),
             )
         )
         report(f"{label}: verified", 1, 1)

@@ -19,8 +19,9 @@ import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
 from gcsckpt.bench.record.progress import rank_reporter
-from gcsckpt.bench.worker.jobs import LoadJob, SetupJob
+from gcsckpt.bench.worker.jobs import LoadJob, SaveJob, SetupJob, VerifySaveJob
 from gcsckpt.bench.worker.load_job import describe_error, run_load
+from gcsckpt.bench.worker.save_job import run_save, run_verify_save
 from gcsckpt.bench.worker.setup_job import run_setup
 from gcsckpt.testing.local_ranks import backend_for
 
@@ -39,17 +40,24 @@ def _use_device(device: str, local_rank: int) -> None:
         torch.cuda.set_device(local_rank)
 
 
-def run_job(job: SetupJob | LoadJob, queue: Any = None) -> list[Any]:
+def run_job(job: SetupJob | LoadJob | SaveJob | VerifySaveJob, queue: Any = None) -> list[Any]:
     """Runs ``job`` on this rank (process group initialized) and gathers all ranks' results.
 
     Returns:
       One entry per rank, in rank order: the job's rank result (RankSetupResult /
-      RankLoadResult) or a RankFailure when that rank's job raised.
+      RankLoadResult, also for a SaveJob) or a RankFailure when that rank's job raised.
     """
     rank = dist.get_rank()
     report = rank_reporter(queue, rank)
     try:
-        mine: Any = run_setup(job, report) if isinstance(job, SetupJob) else run_load(job, report)
+        if isinstance(job, SetupJob):
+            mine: Any = run_setup(job, report)
+        elif isinstance(job, SaveJob):
+            mine = run_save(job, report)
+        elif isinstance(job, VerifySaveJob):
+            mine = run_verify_save(job, report)
+        else:
+            mine = run_load(job, report)
     except (Exception, CheckpointException) as err:
         mine = RankFailure(rank, describe_error(err))
     gathered: list[Any] = [None] * dist.get_world_size()
@@ -57,7 +65,7 @@ def run_job(job: SetupJob | LoadJob, queue: Any = None) -> list[Any]:
     return gathered
 
 
-def spawned_rank_main(rank: int, job: SetupJob | LoadJob, queue: Any) -> list[Any] | None:
+def spawned_rank_main(rank: int, job: SetupJob | LoadJob | SaveJob, queue: Any) -> list[Any] | None:
     """Entry of one rank that ``SpawnLauncher`` started (group already joined): runs the job.
 
     Returns:
