@@ -33,7 +33,7 @@ OLMOE_EP_DEFAULTS = {
     "rounds": 3,
     "peer_rounds": 2,
     "baseline_rounds": 1,
-    "baseline_cases": ["load-olmoe_1b_7b_0924-ep-*"],
+    "baseline_cases": ["load-olmoe_1b_7b_0924-fsdp-*"],
     "writers": ["gcsckpt", "msc", "dataflux"],
     "save_rounds": 1,
     "save_cases": ["load-olmoe_1b_7b_0924-ep-*"],

@@ -21,13 +21,14 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
 from rich.console import Console
 
 from gcsckpt.bench.cases.catalogue import Case
+from gcsckpt.bench.ceiling.upload import measure_upload_ceiling
 from gcsckpt.bench.publish.report import PublishedReport, publish_report
 from gcsckpt.bench.record.case_result import CaseInfo, CaseResult, RunContext
 from gcsckpt.bench.record.host import collect_host_facts
@@ -56,6 +57,7 @@ from gcsckpt.bench.worker.jobs import (
     with_verification,
 )
 from gcsckpt.bench.worker.rank import RankFailure
+from gcsckpt.io.defaults import MAX_INFLIGHT_UPLOADS
 from gcsckpt.parallel.app_state import state_config_hash
 from gcsckpt.testing.local_ranks import backend_for
 
@@ -386,6 +388,38 @@ class _Run:
         return results
 
 
+# The upload ceiling's shape: as many uploads in flight as the gcsckpt writer keeps by default,
+# each 64 MiB (long enough that per-request costs do not count).
+CEILING_OBJECT_BYTES = 64 << 20
+CEILING_CONCURRENCY = MAX_INFLIGHT_UPLOADS
+
+
+def _upload_ceiling(run: _Run, config: RunConfig, storage: BenchStorage) -> float | None:
+    """The endpoint's raw upload ceiling in bytes/s (median of the rounds), measured now and
+    printed; None when not asked for or on real GCS (the measurement sends no credentials).
+    Its objects are deleted afterwards."""
+    if config.upload_ceiling_rounds == 0 or storage.endpoint is None:
+        return None
+    prefix = "/".join(p for p in (storage.prefix, "upload-ceiling") if p)
+    ceiling = measure_upload_ceiling(
+        storage.endpoint,
+        storage.bucket,
+        object_bytes=CEILING_OBJECT_BYTES,
+        concurrency=CEILING_CONCURRENCY,
+        rounds=config.upload_ceiling_rounds,
+        prefix=prefix,
+    )
+    for name in storage.client.list(storage.bucket, prefix + "/"):
+        storage.client.delete(storage.bucket, name)
+    rates = ", ".join(f"{ceiling.bytes_per_round / t / 1e6:.0f}" for t in ceiling.seconds)
+    run.say(
+        f"Upload ceiling of the endpoint: {ceiling.median_bytes_per_s / 1e6:.1f} MB/s median "
+        f"({rates} MB/s per round; {ceiling.concurrency} x {ceiling.object_bytes >> 20} MiB, "
+        f"{ceiling.method})"
+    )
+    return ceiling.median_bytes_per_s
+
+
 def run_benchmark(
     config: RunConfig,
     *,
@@ -393,7 +427,6 @@ def run_benchmark(
     out: TextIO | None = None,
     live_progress: bool | None = None,
     cases: list[Case] | None = None,
-    upload_ceiling: Callable[[BenchStorage], float | None] | None = None,
 ) -> RunOutcome:
     """Runs the benchmark ``config`` describes and publishes its rows.
 
@@ -403,10 +436,11 @@ def run_benchmark(
       out: where the tables and notes go (stdout by default).
       live_progress: force the live progress view on or off (default: when stderr is a tty).
       cases: the cases to run, already selected (default: ``config.selected_cases()``).
-      upload_ceiling: when given and a save phase ran, called once with the run's storage
-        (endpoint still up) after the cases; its bytes/s (None: not measured) become the
-        ceiling of every ``save-...`` case in the summary table (ceiling column and
-        gcsckpt's fraction of it).
+
+    When a save phase ran on an emulator endpoint and ``config.upload_ceiling_rounds`` > 0, the
+    endpoint's raw upload ceiling is measured after the cases, endpoint still up, and becomes the
+    ceiling of every ``save-...`` case in the summary table (ceiling column and gcsckpt's
+    fraction of it).
 
     Returns:
       RunOutcome (failed cases are in it; they do not raise).
@@ -443,8 +477,8 @@ def run_benchmark(
             results.extend(run.case(case))
         ceilings = None
         save_cases = [r.case.name for r in results if r.scenario == "checkpoint_write"]
-        if upload_ceiling is not None and save_cases and launcher.is_leader:
-            ceiling = upload_ceiling(storage)
+        if save_cases and launcher.is_leader:
+            ceiling = _upload_ceiling(run, config, storage)
             if ceiling is not None:
                 ceilings = dict.fromkeys(save_cases, ceiling)
     phases = run.phase_seconds

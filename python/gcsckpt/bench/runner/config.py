@@ -37,6 +37,10 @@ class RunConfig:
       baseline_cases: globs of the (load) case names the ``fsspec`` baseline loads; empty:
         every case (it needs minutes per round on some).
       peer_rounds: rounds for the peer readers (``arms.PEERS``); None: same as ``rounds``.
+      upload_ceiling_rounds: rounds of the endpoint's raw upload ceiling, measured after the
+        save phase in the same run (MAX_INFLIGHT_UPLOADS parallel 64 MiB media uploads a round,
+        ``bench.ceiling.upload``); 0: not measured. Emulator endpoints only (it sends no
+        credentials); on real GCS it is not measured.
       world_size_override: resize every case to this many ranks.
       model_scale: ``full``, ``scaled`` or ``tiny``.
       output_dir: results folder; None: ``~/.cache/gcsckpt/results/<run id>``.
@@ -68,6 +72,7 @@ class RunConfig:
     baseline_rounds: int | None = None
     baseline_cases: tuple[str, ...] = ()
     peer_rounds: int | None = None
+    upload_ceiling_rounds: int = 3
     world_size_override: int | None = None
     model_scale: str = "scaled"
     output_dir: str | None = None
@@ -98,6 +103,10 @@ class RunConfig:
             raise ValueError(f"--model_scale {self.model_scale!r}: known {', '.join(SCALES)}")
         if self.device not in DEVICES:
             raise ValueError(f"--device {self.device!r}: known {', '.join(DEVICES)}")
+        if self.upload_ceiling_rounds < 0:
+            raise ValueError(
+                f"--upload_ceiling_rounds must be >= 0, got {self.upload_ceiling_rounds}"
+            )
         for flag in (
             "rounds",
             "baseline_rounds",

@@ -45,6 +45,12 @@ flags.DEFINE_list(
 flags.DEFINE_integer(
     "save_rounds", None, "Timed saves per case and writer. Default: same as --rounds."
 )
+flags.DEFINE_integer(
+    "upload_ceiling_rounds",
+    3,
+    "Rounds of the endpoint's raw upload ceiling (parallel 64 MiB media uploads), measured "
+    "after the save phase; 0: not measured. Emulator endpoints only.",
+)
 flags.DEFINE_list(
     "save_cases", [], "Case names or globs the save phase runs on. Default: every selected case."
 )
@@ -116,6 +122,7 @@ def config_from_flags() -> RunConfig:
             baseline_rounds=FLAGS.baseline_rounds,
             baseline_cases=tuple(FLAGS.baseline_cases),
             peer_rounds=FLAGS.peer_rounds,
+            upload_ceiling_rounds=FLAGS.upload_ceiling_rounds,
             world_size_override=FLAGS.world_size_override,
             model_scale=FLAGS.model_scale,
             output_dir=FLAGS.output_dir,
