@@ -1,12 +1,13 @@
-"""The main job's load tables with the local endpoint modelled like remote GCS: every media read
-waits 30 ms for its first byte and streams at 200 MB/s (``--latency_ms=30 --stream_mbps=200``).
+"""The main job's tables with the local endpoint modelled like remote GCS: every media read waits
+30 ms for its first byte and streams at 200 MB/s per request, and every upload answer waits until
+30 ms + its body at 200 MB/s after the request began (``--latency_ms=30 --stream_mbps=200``).
 
 ``tools/bazel run //bench:olmoe_ep_modelled`` runs the same cases as //bench:olmoe_ep (scaled
-OLMoE fsdp and ep, 8 ranks) on a reduced set of arms: gcsckpt (3 rounds) and the best peer, MSC
-(2 rounds). Left out, and why: the stock FsspecReader sends one GET per item, ~51,600 per rank
-per fsdp round and ~8,400 on ep, each 30 ms away (tens of minutes per round); the save phase,
-because the model delays media reads only (uploads go to the emulator as before, so a save table
-here would repeat //bench:olmoe_ep's) and each save's verifying stock load is that slow reader.
+OLMoE fsdp and ep, 8 ranks) on a reduced set of arms: loads by gcsckpt (3 rounds) and the best
+peer, MSC (2 rounds); the ep save by gcsckpt, MSC and dataflux (1 each), verified like the main
+job's (torch's FileSystemReader on a byte-exact copy), with the modelled endpoint's upload
+ceiling. Left out, and why: the stock FsspecReader sends one GET per item, ~51,600 per rank per
+fsdp round and ~8,400 on ep, each 30 ms away (tens of minutes per round).
 ``-- --readers=gcsckpt,msc,fsspec --baseline_cases='*ep*'`` adds the stock reader on ep anyway.
 """
 
@@ -19,7 +20,6 @@ MODELLED_DEFAULTS = {
     "latency_ms": 30.0,
     "stream_mbps": 200.0,
     "readers": ["gcsckpt", "msc"],
-    "writers": [],
 }
 
 if __name__ == "__main__":
