@@ -2,25 +2,25 @@
 
 ``tools/bazel run //bench:olmoe_ep`` starts the local GCS endpoint, saves both checkpoints once
 (reused by later runs), then loads each with gcsckpt's GCSStorageReader (3 rounds) and the best
-peer, multi-storage-client's DCP reader (2 rounds), and the ep case with the stock FsspecReader
-over gcsfs (1 round); then saves the ep case once with gcsckpt's writer and each peer writer
-(msc, dataflux), each save verified by a stock load. Every tensor is verified; the tables give
-gcsckpt's ratio to stock and to the best peer, and the run ends with the wall time of every job.
+peer, multi-storage-client's DCP reader (2 rounds), and the fsdp case with the stock
+FsspecReader over gcsfs (1 round); then saves the ep case once with gcsckpt's writer and each
+peer writer (msc, dataflux), each save verified by a stock load, and measures the endpoint's
+raw upload ceiling. Every tensor is verified; the tables give gcsckpt's ratio to stock, to the
+best peer and (saves) to the upload ceiling, and the run ends with the wall time of every job.
 
-Why these sizes (the job must stay under 10 minutes on a shared 2-core machine): the stock
-reader takes ~4 minutes per round on the fsdp case (8,877 BYTE_IO items per rank, ~413,000
-GETs), so it loads only the ep case here (``-- --baseline_cases='*'`` adds fsdp, ``--
---baseline_rounds=3`` more rounds); saves run on the ep case only (``-- --save_cases='*'``
+Why these sizes (the job must stay under 10 minutes on a 2-core machine): the stock reader
+takes ~3-4 minutes per round on the fsdp case (8,877 BYTE_IO items per rank, ~413,000 GETs), so
+it loads only that case, the one its target is set on (``-- --baseline_cases='*'`` adds ep,
+``-- --baseline_rounds=3`` more rounds); saves run on the ep case only (``-- --save_cases='*'``
 adds fsdp); every round is a job on fresh rank processes (start-up, state building and
-checksums: 20-40 s a job here), so peers run 2 rounds. Every flag
-of //bench:checkpoint_load passes through, e.g. ``-- --bucket=gs://b/p --model_scale=full``,
+checksums: 12-38 s a job here), so peers run 2 rounds. Every flag of //bench:checkpoint_load
+passes through, e.g. ``-- --bucket=gs://b/p --model_scale=full``,
 ``-- --readers=gcsckpt,msc,dataflux,fsspec`` or ``-- --writers=gcsckpt,msc,dataflux,fsspec``.
 The same tables with the endpoint modelled like remote GCS: //bench:olmoe_ep_modelled.
 
-Measured on 2026-12-01 (2 cores shared with other jobs): 364 s at load average 6-8 (15 jobs
-of 12-40 s, ~360 s in all); 907 s at load average 12-17 while another job's benchmark ran.
-Before these sizes (stock on both cases, every writer verified by the stock FsspecReader) the
-job took ~46 minutes.
+Measured on 2026-12-01 (quiet machine): 534 s for the run (15 jobs of 12-195 s, 525 s in all;
+the stock fsdp round 195 s of it). Before these sizes (stock on both cases, every writer
+verified by the stock FsspecReader) the job took ~46 minutes.
 """
 
 from gcsckpt.bench.runner.main import run
