@@ -58,6 +58,7 @@ def _config(gcs, output_dir, **changes):
         "readers": READERS,
         "writers": WRITERS,
         "rounds": 1,
+        "upload_ceiling_rounds": 1,
         **changes,
     }
     return tiny_run_config(gcs.endpoint, f"gs://{BUCKET}/peers", output_dir, **fields)
@@ -98,6 +99,19 @@ def test_every_arm_loads_and_saves_verified(gcs, peers_run):
 def test_saves_leave_nothing_behind(gcs, peers_run):
     names = [b.name for b in gcs.storage_client().list_blobs(BUCKET, prefix="peers/")]
     assert names and not [n for n in names if "/checkpoint-saves/" in n]
+    assert not [n for n in names if "/upload-ceiling/" in n]  # the ceiling's objects too
+
+
+def test_the_upload_ceiling_is_measured_in_the_run_and_beside_the_saves(peers_run):
+    _, text = peers_run
+    (line,) = [t for t in text.splitlines() if t.startswith("Upload ceiling of the endpoint: ")]
+    assert "MB/s per round; 16 x 64 MiB, parallel JSON media uploads" in line
+    median = float(line.split(": ", 1)[1].split(" MB/s", 1)[0])
+    header = next(t for t in text.splitlines() if t.startswith("| case | gcsckpt MB/s |"))
+    assert header.endswith("| ceiling MB/s | gcsckpt/ceiling |")
+    # The summary's save row (the first; the details table follows) has the same figure.
+    save_row = next(t for t in text.splitlines() if t.startswith(f"| {SAVE} |"))
+    assert f"| {median:.1f} |" in save_row
 
 
 def test_rows_carry_each_arms_settings_and_both_ratios(peers_run):

@@ -354,6 +354,13 @@ def test_baseline_cases_and_peer_rounds_shape_each_readers_rounds():
         RunConfig(peer_rounds=0)
 
 
+def test_upload_ceiling_rounds_default_to_three_and_zero_turns_it_off():
+    assert RunConfig().upload_ceiling_rounds == 3
+    assert RunConfig(upload_ceiling_rounds=0).upload_ceiling_rounds == 0
+    with pytest.raises(ValueError, match="--upload_ceiling_rounds must be >= 0, got -1"):
+        RunConfig(upload_ceiling_rounds=-1)
+
+
 def test_a_separate_verification_joins_the_timed_save_rank_by_rank():
     timed = RankRound(10.0, 12.5, {}, 0, 0, mismatch_count=-1)
     checked = RankRound(0.0, 0.0, {}, 100, 100)

@@ -149,7 +149,8 @@ def detail_table(rows: Sequence[Row]) -> str:
         "retries",
         "checksums",
         "peak cores",
-        "peak RSS GiB",
+        "peak RSS GiB (job)",
+        "peak RSS GiB (process max)",
     ]
     body = []
     for row in rows:
@@ -173,6 +174,7 @@ def detail_table(rows: Sequence[Row]) -> str:
                 "verified" if row.get("checksums_verified") else "NOT verified",
                 _number(row.get("cpu_usage_peak_cores"), ".1f"),
                 _number(row.get("memory_usage_peak_bytes"), ".2f", 2**30),
+                _number(row.get("memory_usage_peak_bytes_per_process_max"), ".2f", 2**30),
             ]
         )
     return markdown_table(header, body)
