@@ -207,3 +207,28 @@ def test_silent_endpoint_fails_within_the_retry_policy():
     assert f"gs://{BUCKET}/silent/.metadata" in message or ".metadata" in message
     assert "after 2 attempts" in message
     assert torch.count_nonzero(state["w"]) == 0
+
+
+def test_commit_whose_answers_are_lost_keeps_the_objects_its_metadata_names(gcs):
+    # Every request for `.metadata` after the pre-check is reset once its answer has started:
+    # the first POST lands upstream, its answer and the retries' answers (412) are lost, and so
+    # is the check whether it landed. The save fails, but deleting its data objects would leave
+    # a committed `.metadata` that names deleted objects: they must stay.
+    retry = RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05)
+    faults = [
+        Fault(kind="reset_mid_body", nth=n, media_only=False, object_name="lost/.metadata")
+        for n in range(2, 12)
+    ]
+    with FaultProxy(gcs.endpoint, faults) as proxy:
+        writer = GCSStorageWriter(
+            f"gs://{BUCKET}/lost", endpoint=proxy.endpoint, thread_count=1, retry=retry
+        )
+        with pytest.raises(CheckpointException) as info:
+            dcp.save(_state(), storage_writer=writer)
+    message = str(info.value)
+    assert f"gs://{BUCKET}/lost/.metadata" in message
+    assert "could not tell whether" in message and "kept" in message
+    names = ObjectStore(gcs.endpoint).list(BUCKET, "lost/")
+    assert "lost/.metadata" in names and len(names) == 2
+    state, _ = _load(gcs.endpoint, url=f"gs://{BUCKET}/lost")
+    assert _exact(state)

@@ -20,7 +20,9 @@ complete, so an interrupted save never looks like a checkpoint. With overwrite=F
 is a create-if-absent (`ifGenerationMatch=0`): of two racing saves exactly one wins, the other
 raises `CheckpointExistsError`. A refused or failed save deletes the objects it wrote (best
 effort; the error says what was deleted; objects of ranks whose part succeeded while another
-rank failed stay behind, unreferenced). overwrite=True replaces `.metadata` (at the generation it
+rank failed stay behind, unreferenced; when a failed `.metadata` upload may have landed and
+reading it back fails too, the objects are kept, since that `.metadata` may name them).
+overwrite=True replaces `.metadata` (at the generation it
 read) and then deletes the objects the replaced `.metadata` named.
 """
 
@@ -346,8 +348,16 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
                 + self._discard(ours)
             ) from None
         except BaseException as exc:
-            if not self._landed(loc.object_name(name), body):
+            landed = self._landed(loc.object_name(name), body)
+            if landed is False:
                 exc.add_note(self._discard(ours))
+            elif landed is None:
+                # The upload may have committed: deleting the objects could leave a
+                # `.metadata` that names deleted objects.
+                exc.add_note(
+                    f"could not tell whether {loc.url(name)} landed, so this save's "
+                    f"{len(ours)} object(s) were kept"
+                )
             raise
         self._delete_stale([path for path in replaced if path not in set(ours)])
 
@@ -426,12 +436,15 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             f"{_COMMIT_TRIES} times while this one tried"
         )
 
-    def _landed(self, object_name: str, body: bytes) -> bool:
-        """True if `.metadata` holds `body` (a failed upload may have landed after all)."""
+    def _landed(self, object_name: str, body: bytes) -> bool | None:
+        """True if `.metadata` holds `body` (a failed upload may have landed after all), False
+        if it does not or is absent, None if that cannot be told (the read failed too)."""
         try:
             return self._object_store().download(self._loc().bucket, object_name) == body
-        except (OSError, ValueError):
+        except FileNotFoundError:
             return False
+        except (OSError, ValueError):
+            return None
 
     def _delete(self, relative_paths: list[str]) -> list[str]:
         """Deletes objects below the checkpoint, best effort; returns the failures."""
