@@ -232,3 +232,24 @@ def test_commit_whose_answers_are_lost_keeps_the_objects_its_metadata_names(gcs)
     assert "lost/.metadata" in names and len(names) == 2
     state, _ = _load(gcs.endpoint, url=f"gs://{BUCKET}/lost")
     assert _exact(state)
+
+
+def test_overwrite_whose_commit_answer_is_lost_still_deletes_the_replaced_objects(gcs):
+    # overwrite=True commits `.metadata` at the generation it read: its first POST lands but
+    # the answer is reset, the retry meets 412 (our own `.metadata`). The save must see that it
+    # committed and delete the replaced checkpoint's objects, as without the fault.
+    url = f"gs://{BUCKET}/replaced"
+    first = GCSStorageWriter(url, endpoint=gcs.endpoint, thread_count=4)
+    dcp.save({f"w{i}": torch.full((1024,), float(i)) for i in range(4)}, storage_writer=first)
+    store = ObjectStore(gcs.endpoint)
+    assert len(store.list(BUCKET, "replaced/")) == 5
+    # The commit's requests: stat, read of the old `.metadata`, then the POST (3rd).
+    fault = Fault(kind="reset_mid_body", nth=3, media_only=False, object_name="replaced/.metadata")
+    with FaultProxy(gcs.endpoint, [fault]) as proxy:
+        writer = GCSStorageWriter(url, endpoint=proxy.endpoint, thread_count=1, overwrite=True)
+        dcp.save(_state(), storage_writer=writer)
+        assert proxy.injected_per_fault == [1]
+    (upload,) = writer.uploads
+    assert sorted(store.list(BUCKET, "replaced/")) == ["replaced/.metadata", upload.object]
+    state, _ = _load(gcs.endpoint, url=url)
+    assert _exact(state)

@@ -429,7 +429,11 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             try:
                 store.upload(loc.bucket, object_name, body, if_generation_match=precondition)
             except FileExistsError:
-                continue  # another save committed between our read and our upload
+                # A retry after a lost answer meets the `.metadata` our first attempt wrote;
+                # else another save committed between our read and our upload.
+                if self._landed(object_name, body):
+                    return previous
+                continue
             return previous
         raise ObjectStoreError(
             f"overwrite of gs://{loc.bucket}/{object_name}: other saves replaced it "
