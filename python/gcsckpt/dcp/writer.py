@@ -5,7 +5,9 @@ the items into objects (`_split_by_size_and_type`), serializes each (`_write_ite
 bytes, `torch.save` archives or one safetensors blob, through the write-side stream transforms
 given as `_extensions`, e.g. torch's ZStandard) and records `_StorageInfo(relative_path, offset,
 length, transform_descriptors)`; so stock FileSystemReader/FsspecReader and GCSStorageReader read
-what it writes. Ours: the data objects go through `gcsckpt.dcp.upload_pipeline` (torch's
+what it writes in the default TORCH_SAVE format (a SAFETENSORS save loads with GCSStorageReader;
+torch 2.13's own FileSystemReader refuses its blobs, also when torch's FileSystemWriter wrote
+them). Ours: the data objects go through `gcsckpt.dcp.upload_pipeline` (torch's
 serializer in one thread into staging buffers, bounded by `staging_bytes`; each finished buffer
 uploaded by the C++ `gcsckpt.io.Uploader`, many resumable uploads in flight, each checked by
 CRC-32C, size and generation; a rank's items are split into objects of about `object_bytes`),
