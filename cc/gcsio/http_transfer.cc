@@ -5,23 +5,12 @@
 #include <charconv>
 #include <stdexcept>
 
+#include "cc/gcsio/http_text.h"
+
 namespace gcsio {
 namespace {
 
 constexpr size_t kErrorBodyLimit = 1024;
-
-// Case-insensitive "name:" prefix match; returns the trimmed value.
-bool HeaderValue(std::string_view line, std::string_view name, std::string_view* value) {
-  if (line.size() <= name.size() || line[name.size()] != ':') return false;
-  for (size_t i = 0; i < name.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(line[i])) != name[i]) return false;
-  }
-  std::string_view v = line.substr(name.size() + 1);
-  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.front()))) v.remove_prefix(1);
-  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.remove_suffix(1);
-  *value = v;
-  return true;
-}
 
 int64_t ParseInt(std::string_view s) {
   int64_t v = -1;

@@ -4,24 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 
+#include "cc/gcsio/http_text.h"
 #include "cc/gcsio/retry_policy.h"
 
 namespace gcsio {
 namespace {
-
-bool ParseU64(std::string_view s, uint64_t* out) {
-  if (s.empty()) return false;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
 // Keeps printable ASCII of a server's error body, tokens redacted, shortened, for messages.
 std::string Snippet(std::string_view body) {

@@ -6,21 +6,10 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "cc/gcsio/http_text.h"
+
 namespace gcsio {
 namespace {
-
-// Case-insensitive "name:" prefix match; returns the trimmed value.
-bool HeaderValue(std::string_view line, std::string_view name, std::string* value) {
-  if (line.size() <= name.size() || line[name.size()] != ':') return false;
-  for (size_t i = 0; i < name.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(line[i])) != name[i]) return false;
-  }
-  std::string_view v = line.substr(name.size() + 1);
-  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.front()))) v.remove_prefix(1);
-  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.remove_suffix(1);
-  *value = std::string(v);
-  return true;
-}
 
 // The body of a session start: the object resource (the name also rides in the URL).
 constexpr char kStartBody[] = "{}";
@@ -113,8 +102,11 @@ size_t UploadTransfer::HeaderThunk(char* data, size_t size, size_t count, void* 
     t->answer_.range.clear();
     return size * count;
   }
-  if (!HeaderValue(line, "location", &t->answer_.location)) {
-    HeaderValue(line, "range", &t->answer_.range);
+  std::string_view v;
+  if (HeaderValue(line, "location", &v)) {
+    t->answer_.location = std::string(v);
+  } else if (HeaderValue(line, "range", &v)) {
+    t->answer_.range = std::string(v);
   }
   return size * count;
 }
