@@ -1,10 +1,11 @@
 // Small text helpers for HTTP header values, shared by the range reader's and the uploader's
 // header and response parsing: whitespace trimming, strict unsigned parsing and the
-// case-insensitive "name: value" match of one header line.
+// case-insensitive "name: value" match of one header line; and byte counts as messages write them.
 #ifndef CC_GCSIO_HTTP_TEXT_H_
 #define CC_GCSIO_HTTP_TEXT_H_
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace gcsio {
@@ -20,6 +21,9 @@ bool ParseU64(std::string_view s, uint64_t* out);
 // (`name` must be lower case), sets *value to the trimmed value (a view into `line`) and
 // returns true; else false and *value is untouched.
 bool HeaderValue(std::string_view line, std::string_view name, std::string_view* value);
+
+// `n` in decimal with thousands separators, for messages: 16095232 -> "16,095,232".
+std::string Grouped(uint64_t n);
 
 }  // namespace gcsio
 

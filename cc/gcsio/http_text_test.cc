@@ -43,5 +43,13 @@ TEST(HeaderValueTest, OtherNamesAndPrefixesDoNotMatch) {
   EXPECT_EQ(v, "unchanged");
 }
 
+TEST(GroupedTest, ThousandsSeparators) {
+  EXPECT_EQ(Grouped(0), "0");
+  EXPECT_EQ(Grouped(999), "999");
+  EXPECT_EQ(Grouped(1000), "1,000");
+  EXPECT_EQ(Grouped(16095232), "16,095,232");
+  EXPECT_EQ(Grouped(UINT64_MAX), "18,446,744,073,709,551,615");
+}
+
 }  // namespace
 }  // namespace gcsio

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <mutex>
 #include <stdexcept>
 
 #include "cc/gcsio/http_text.h"
@@ -19,6 +20,11 @@ int64_t ParseInt(std::string_view s) {
 }
 
 }  // namespace
+
+void GlobalCurlInitOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
 
 HttpTransfer::HttpTransfer() : easy_(curl_easy_init()) {
   if (easy_ == nullptr) throw std::runtime_error("curl_easy_init failed");

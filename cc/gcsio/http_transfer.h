@@ -17,6 +17,10 @@
 
 namespace gcsio {
 
+// curl_global_init, once per process (before the first handle; the reader and the uploader
+// both call it).
+void GlobalCurlInitOnce();
+
 struct AttemptSetup {
   std::string url;
   AttemptRange range;        // object bytes this attempt asks for
