@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from gcsckpt.io import defaults
-from gcsckpt.io.auth import engine_token_source
 from gcsckpt.io.buffers import as_writable_buffer
 from gcsckpt.io.endpoint import resolve_endpoint
+from gcsckpt.io.engine_setup import check_engine_options, start_engine
 from gcsckpt.io.errors import RangeReadError, make_error
 from gcsckpt.io.extension import _gcsio
 from gcsckpt.io.records import RangeRequest
@@ -170,22 +170,19 @@ class RangeReader:
         send_token: bool | None = None,
     ):
         self.endpoint = resolve_endpoint(endpoint)
-        if not isinstance(retry, RetryPolicy):
-            raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
-        for name, value in (
-            ("max_inflight_requests", max_inflight_requests),
-            ("max_inflight_bytes", max_inflight_bytes),
-            ("chunk_bytes", chunk_bytes),
-            ("min_chunk_bytes", min_chunk_bytes),
-            ("num_threads", num_threads),
-        ):
-            if int(value) != value or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_engine_options(
+            retry,
+            {
+                "max_inflight_requests": max_inflight_requests,
+                "max_inflight_bytes": max_inflight_bytes,
+                "chunk_bytes": chunk_bytes,
+                "min_chunk_bytes": min_chunk_bytes,
+                "num_threads": num_threads,
+            },
+        )
         if int(coalesce_gap_bytes) != coalesce_gap_bytes or coalesce_gap_bytes < 0:
             raise ValueError(f"coalesce_gap_bytes must be an int >= 0, got {coalesce_gap_bytes!r}")
         self.retry = retry
-        source, credential = engine_token_source(self.endpoint, token_provider, send_token)
-        self.credential_description = credential
         self._options = {
             "max_inflight_requests": int(max_inflight_requests),
             "max_inflight_bytes": int(max_inflight_bytes),
@@ -197,15 +194,8 @@ class RangeReader:
             "stall_timeout_s": float(stall_timeout_s),
             "recv_buffer_bytes": int(recv_buffer_bytes),
         }
-        self._reader = _gcsio.Reader(
-            endpoint=self.endpoint,
-            max_attempts=retry.max_attempts,
-            initial_backoff_s=retry.initial_backoff_s,
-            max_backoff_s=retry.max_backoff_s,
-            deadline_s=retry.deadline_s,
-            token_source=source,
-            credential_description=credential,
-            **self._options,
+        self._reader, self.credential_description = start_engine(
+            _gcsio.Reader, self.endpoint, retry, token_provider, send_token, self._options
         )
 
     @property
