@@ -26,22 +26,27 @@ void GlobalCurlInitOnce() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
+void SetTransferDefaults(CURL* easy, char* errbuf, curl_write_callback on_header,
+                         curl_write_callback on_body, void* self) {
+  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+  curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(easy, CURLOPT_USERAGENT, "gcsckpt-gcsio/1.0");
+  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(easy, CURLOPT_HEADERDATA, self);
+  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(easy, CURLOPT_WRITEDATA, self);
+  curl_easy_setopt(easy, CURLOPT_PRIVATE, self);
+}
+
 HttpTransfer::HttpTransfer() : easy_(curl_easy_init()) {
   if (easy_ == nullptr) throw std::runtime_error("curl_easy_init failed");
   errbuf_[0] = '\0';
-  curl_easy_setopt(easy_, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(easy_, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+  SetTransferDefaults(easy_, errbuf_, &HttpTransfer::HeaderThunk, &HttpTransfer::BodyThunk, this);
   curl_easy_setopt(easy_, CURLOPT_HTTPGET, 1L);
-  curl_easy_setopt(easy_, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(easy_, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(easy_, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(easy_, CURLOPT_USERAGENT, "gcsckpt-gcsio/1.0");
-  curl_easy_setopt(easy_, CURLOPT_ERRORBUFFER, errbuf_);
-  curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, &HttpTransfer::HeaderThunk);
-  curl_easy_setopt(easy_, CURLOPT_HEADERDATA, this);
-  curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, &HttpTransfer::BodyThunk);
-  curl_easy_setopt(easy_, CURLOPT_WRITEDATA, this);
-  curl_easy_setopt(easy_, CURLOPT_PRIVATE, this);
 }
 
 HttpTransfer::~HttpTransfer() {

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "cc/gcsio/http_text.h"
+#include "cc/gcsio/http_transfer.h"
 
 namespace gcsio {
 namespace {
@@ -35,18 +36,8 @@ void UploadTransfer::Begin(const UploadRequestSetup& setup) {
   // A request of another kind may follow on the same handle: start from libcurl's defaults
   // (the connection cache lives in the multi handle and survives).
   curl_easy_reset(easy_);
-  curl_easy_setopt(easy_, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(easy_, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-  curl_easy_setopt(easy_, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(easy_, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(easy_, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(easy_, CURLOPT_USERAGENT, "gcsckpt-gcsio/1.0");
-  curl_easy_setopt(easy_, CURLOPT_ERRORBUFFER, errbuf_);
-  curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, &UploadTransfer::HeaderThunk);
-  curl_easy_setopt(easy_, CURLOPT_HEADERDATA, this);
-  curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, &UploadTransfer::BodyThunk);
-  curl_easy_setopt(easy_, CURLOPT_WRITEDATA, this);
-  curl_easy_setopt(easy_, CURLOPT_PRIVATE, this);
+  SetTransferDefaults(easy_, errbuf_, &UploadTransfer::HeaderThunk, &UploadTransfer::BodyThunk,
+                      this);
   curl_easy_setopt(easy_, CURLOPT_URL, setup_.url.c_str());
   curl_easy_setopt(easy_, CURLOPT_CONNECTTIMEOUT_MS, setup.connect_timeout_ms);
   curl_easy_setopt(easy_, CURLOPT_UPLOAD_BUFFERSIZE, kSendBufferBytes);
