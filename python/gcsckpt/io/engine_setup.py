@@ -1,11 +1,12 @@
 """What the range reader (`gcsckpt.io.reader.Reader`) and the uploader
 (`gcsckpt.io.uploader.Uploader`) share when they build their C++ engine (`_gcsio.Reader`,
 `_gcsio.Uploader`): the option checks, and the engine's retry policy fields, token source and
-credential description."""
+credential description; and the front (`EngineFront`: options, context manager, repr) of both."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Self
 
 from gcsckpt.io.auth import READ_ONLY_SCOPE, engine_token_source
 from gcsckpt.io.retry import RetryPolicy
@@ -64,3 +65,32 @@ def start_engine(
         **options,
     )
     return engine, credential
+
+
+class EngineFront:
+    """What RangeReader and Uploader show the same way. A subclass sets ``endpoint`` (str),
+    ``retry`` (RetryPolicy), ``credential_description`` (str) and ``_options`` (the tuning
+    options given to the engine) and defines ``close()``."""
+
+    endpoint: str
+    retry: RetryPolicy
+    credential_description: str
+    _options: dict
+
+    @property
+    def options(self) -> dict:
+        """The tuning options it runs with (bytes, seconds, counts); a copy."""
+        return dict(self._options)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v}" for k, v in self._options.items())
+        return (
+            f"{type(self).__name__}({self.endpoint!r}, {opts}, retry={self.retry}, "
+            f"credential={self.credential_description!r})"
+        )

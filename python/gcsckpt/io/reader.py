@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from gcsckpt.io import defaults
 from gcsckpt.io.buffers import as_writable_buffer
 from gcsckpt.io.endpoint import resolve_endpoint
-from gcsckpt.io.engine_setup import check_engine_options, start_engine
+from gcsckpt.io.engine_setup import EngineFront, check_engine_options, start_engine
 from gcsckpt.io.errors import RangeReadError, make_error
 from gcsckpt.io.extension import _gcsio
 from gcsckpt.io.records import RangeRequest
@@ -94,7 +94,7 @@ class ReadHandle:
         return make_error(failures, total=len(self._requests))
 
 
-class RangeReader:
+class RangeReader(EngineFront):
     """Reads byte ranges of GCS objects into caller memory with many ranged GETs in flight.
 
     A C++ engine (libcurl multi, ``num_threads`` worker threads, HTTP/1.1 keep-alive
@@ -198,11 +198,6 @@ class RangeReader:
             _gcsio.Reader, self.endpoint, retry, token_provider, send_token, self._options
         )
 
-    @property
-    def options(self) -> dict:
-        """The tuning options this reader runs with (bytes, seconds, counts)."""
-        return dict(self._options)
-
     def submit(self, requests: Sequence[RangeRequest]) -> ReadHandle:
         """Starts reading ``requests``; returns at once.
 
@@ -250,19 +245,6 @@ class RangeReader:
     def close(self) -> None:
         """Stops the worker threads once no handle is alive; later calls raise RuntimeError."""
         self._reader.close()
-
-    def __enter__(self) -> RangeReader:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        opts = ", ".join(f"{k}={v}" for k, v in self._options.items())
-        return (
-            f"RangeReader({self.endpoint!r}, {opts}, retry={self.retry}, "
-            f"credential={self.credential_description!r})"
-        )
 
 
 def _with_buffer(request, index: int):

@@ -45,7 +45,7 @@ from gcsckpt.io import defaults
 from gcsckpt.io.auth import READ_WRITE_SCOPE
 from gcsckpt.io.buffers import as_writable_buffer
 from gcsckpt.io.endpoint import resolve_endpoint
-from gcsckpt.io.engine_setup import check_engine_options, start_engine
+from gcsckpt.io.engine_setup import EngineFront, check_engine_options, start_engine
 from gcsckpt.io.errors import make_upload_error
 from gcsckpt.io.extension import _gcsio
 from gcsckpt.io.retry import RetryPolicy
@@ -123,7 +123,7 @@ class UploadHandle:
         self._upload.cancel()
 
 
-class Uploader:
+class Uploader(EngineFront):
     """Uploads caller buffers to GCS objects, many resumable uploads in flight (see the module
     docstring for the protocol, checks and retries).
 
@@ -188,11 +188,6 @@ class Uploader:
             scope=READ_WRITE_SCOPE,
         )
 
-    @property
-    def options(self) -> dict:
-        """The tuning options this uploader runs with (bytes, seconds, counts)."""
-        return dict(self._options)
-
     def submit(
         self,
         bucket: str,
@@ -234,19 +229,6 @@ class Uploader:
     def close(self) -> None:
         """Cancels what is queued or running and stops the thread; later calls raise."""
         self._uploader.close()
-
-    def __enter__(self) -> Uploader:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        opts = ", ".join(f"{k}={v}" for k, v in self._options.items())
-        return (
-            f"Uploader({self.endpoint!r}, {opts}, retry={self.retry}, "
-            f"credential={self.credential_description!r})"
-        )
 
 
 def _as_buffer(data: Any) -> Any:
