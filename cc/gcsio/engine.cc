@@ -10,19 +10,7 @@
 #include "cc/gcsio/engine_worker.h"
 
 namespace gcsio {
-namespace {
-
-void GlobalCurlInitOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-bool LaterDue(const std::chrono::steady_clock::time_point& a,
-              const std::chrono::steady_clock::time_point& b) {
-  return a > b;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 void EngineOptions::Validate() const {
   if (max_inflight_requests < 1) throw std::invalid_argument("max_inflight_requests must be >= 1");
@@ -55,10 +43,7 @@ Engine::~Engine() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    dropped.assign(ready_.begin(), ready_.end());
-    dropped.insert(dropped.end(), delayed_.begin(), delayed_.end());
-    ready_.clear();
-    delayed_.clear();
+    dropped = queue_.TakeAll();
   }
   for (Job& j : dropped) j.batch->FetchDropped(j.fetch);
   cv_.notify_all();
@@ -92,7 +77,7 @@ std::shared_ptr<Batch> Engine::Submit(std::vector<ObjectRef> objects, std::vecto
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) throw std::runtime_error("reader is closed");
     const Clock::time_point now = Clock::now();
-    for (uint32_t i = 0; i < batch->num_fetches(); ++i) ready_.push_back(Job{batch, i, now});
+    for (uint32_t i = 0; i < batch->num_fetches(); ++i) queue_.ready.push_back(Job{batch, i, now});
   }
   cv_.notify_all();
   WakeWorkers();
@@ -105,13 +90,7 @@ void Engine::Cancel(const std::shared_ptr<Batch>& batch) {
   std::vector<Job> dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto of_batch = [&batch](const Job& j) { return j.batch == batch; };
-    std::copy_if(ready_.begin(), ready_.end(), std::back_inserter(dropped), of_batch);
-    std::copy_if(delayed_.begin(), delayed_.end(), std::back_inserter(dropped), of_batch);
-    ready_.erase(std::remove_if(ready_.begin(), ready_.end(), of_batch), ready_.end());
-    delayed_.erase(std::remove_if(delayed_.begin(), delayed_.end(), of_batch), delayed_.end());
-    std::make_heap(delayed_.begin(), delayed_.end(),
-                   [](const Job& a, const Job& b) { return LaterDue(a.not_before, b.not_before); });
+    dropped = queue_.RemoveIf([&batch](const Job& j) { return j.batch == batch; });
   }
   for (Job& j : dropped) j.batch->FetchDropped(j.fetch);
   WakeWorkers();
@@ -125,25 +104,20 @@ int Engine::WorkerCap(int worker) const {
 }
 
 void Engine::PromoteDueRetriesLocked(Clock::time_point now) {
-  auto later = [](const Job& a, const Job& b) { return LaterDue(a.not_before, b.not_before); };
-  while (!delayed_.empty() && delayed_.front().not_before <= now) {
-    std::pop_heap(delayed_.begin(), delayed_.end(), later);
-    ready_.push_front(std::move(delayed_.back()));  // retries go first
-    delayed_.pop_back();
-  }
-  while (!ready_.empty() && ready_.front().batch->cancelled()) {
-    ready_.front().batch->FetchDropped(ready_.front().fetch);
-    ready_.pop_front();
+  queue_.PromoteDue(now);
+  while (!queue_.ready.empty() && queue_.ready.front().batch->cancelled()) {
+    queue_.ready.front().batch->FetchDropped(queue_.ready.front().fetch);
+    queue_.ready.pop_front();
   }
 }
 
 Engine::TakeVerdict Engine::CanTakeLocked(int worker, int active) const {
-  if (stopping_ || ready_.empty() || active >= WorkerCap(worker)) return TakeVerdict::kNo;
+  if (stopping_ || queue_.ready.empty() || active >= WorkerCap(worker)) return TakeVerdict::kNo;
   // Spread queued work evenly over the workers so one thread does not take everything.
   const int n = num_workers_;
-  const int total = inflight_requests_ + static_cast<int>(ready_.size());
+  const int total = inflight_requests_ + static_cast<int>(queue_.ready.size());
   if (active >= std::max(1, (total + n - 1) / n)) return TakeVerdict::kNo;
-  const Job& next = ready_.front();
+  const Job& next = queue_.ready.front();
   const uint64_t bytes = next.batch->remaining_bytes(next.fetch);
   if (inflight_requests_ > 0 && inflight_bytes_ + bytes > options_.max_inflight_bytes) {
     return TakeVerdict::kNoByteBudget;
@@ -160,8 +134,8 @@ bool Engine::TakeJob(int worker, int active, Job* job, uint64_t* bytes) {
     if (verdict == TakeVerdict::kNoByteBudget) bytes_blocked_ = true;
     return false;
   }
-  *job = std::move(ready_.front());
-  ready_.pop_front();
+  *job = std::move(queue_.ready.front());
+  queue_.ready.pop_front();
   *bytes = job->batch->remaining_bytes(job->fetch);
   ++inflight_requests_;
   inflight_bytes_ += *bytes;
@@ -188,10 +162,7 @@ void Engine::Requeue(Job job, double delay_s) {
     if (!stopping_ && !job.batch->cancelled()) {
       job.not_before = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double>(delay_s));
-      delayed_.push_back(job);
-      std::push_heap(delayed_.begin(), delayed_.end(), [](const Job& a, const Job& b) {
-        return LaterDue(a.not_before, b.not_before);
-      });
+      queue_.Delay(job);
       queued = true;
     }
   }
@@ -207,18 +178,18 @@ void Engine::WaitForWork(int worker) {
   while (true) {
     PromoteDueRetriesLocked(Clock::now());
     if (stopping_ || CanTakeLocked(worker, 0) == TakeVerdict::kYes) return;
-    if (delayed_.empty()) {
+    if (!queue_.has_delayed()) {
       cv_.wait(lock);
     } else {
-      cv_.wait_until(lock, delayed_.front().not_before);
+      cv_.wait_until(lock, queue_.next_due());
     }
   }
 }
 
 Engine::Clock::duration Engine::TimeToNextRetry(Clock::duration cap) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (delayed_.empty()) return cap;
-  const Clock::duration left = delayed_.front().not_before - Clock::now();
+  if (!queue_.has_delayed()) return cap;
+  const Clock::duration left = queue_.next_due() - Clock::now();
   return std::clamp(left, Clock::duration::zero(), cap);
 }
 

@@ -17,6 +17,7 @@
 
 #include "cc/gcsio/batch.h"
 #include "cc/gcsio/defaults.h"
+#include "cc/gcsio/job_queue.h"
 #include "cc/gcsio/range_plan.h"
 #include "cc/gcsio/read_stats.h"
 #include "cc/gcsio/retry_policy.h"
@@ -100,8 +101,7 @@ class Engine {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> ready_;
-  std::vector<Job> delayed_;  // min-heap by not_before
+  JobQueue<Job> queue_;
   int inflight_requests_ = 0;
   uint64_t inflight_bytes_ = 0;
   bool bytes_blocked_ = false;  // a worker waits for byte budget

@@ -31,18 +31,6 @@ constexpr double kLimit_s = 60;  // only a broken engine waits this long
 using Action = FakeGcsServer::Action;
 using Reply = FakeGcsServer::Reply;
 
-std::string Pattern(uint64_t n, uint32_t seed) {
-  std::string s(n, '\0');
-  uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
-  for (uint64_t i = 0; i < n; ++i) {
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    s[i] = static_cast<char>(x >> 56);
-  }
-  return s;
-}
-
 // Polls `done` until it holds or kLimit_s passes (a broken test).
 template <typename F>
 bool Eventually(F done) {
@@ -68,7 +56,7 @@ struct Reads {
 
 class EngineTest : public ::testing::Test {
  protected:
-  EngineTest() : blob_(Pattern(kBlobBytes, 1)) { server_.Put(kBucket, kBlob, blob_, 77); }
+  EngineTest() : blob_(TestPattern(kBlobBytes, 1)) { server_.Put(kBucket, kBlob, blob_, 77); }
 
   // Small fetches, retries without backoff, two threads.
   EngineOptions Options() const {
@@ -383,7 +371,7 @@ TEST_F(EngineTest, CancellingOneBatchLeavesTheOthersRunning) {
   EngineOptions o = Options();
   o.max_inflight_requests = 2;
   Engine engine(o, {});
-  server_.Put(kBucket, "hangs", Pattern(kPiece, 2));
+  server_.Put(kBucket, "hangs", TestPattern(kPiece, 2));
   server_.SetScript([](const FakeGcsServer::Request& r) {
     Reply reply;
     if (r.object == "hangs") reply.action = Action::kHang;

@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cc/gcsio/http_text.h"
 #include "cc/gcsio/url.h"
 
 namespace gcsio {
@@ -14,17 +15,6 @@ std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f", s);
   return buf;
-}
-
-// 16095232 -> "16,095,232"
-std::string Grouped(uint64_t n) {
-  std::string digits = std::to_string(n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(digits[i]);
-  }
-  return out;
 }
 
 // "(16,095,232 of 16,777,216 bytes received, up to offset 16,099,328)": how far the GET got over

@@ -441,4 +441,16 @@ bool FakeGcsServer::Answer(int fd, const Request& request, const Reply& reply) {
   return false;
 }
 
+std::string TestPattern(uint64_t n, uint32_t seed) {
+  std::string s(n, '\0');
+  uint64_t x = seed * 0x9E3779B97F4A7C15ULL + 1;
+  for (uint64_t i = 0; i < n; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    s[i] = static_cast<char>(x >> 56);
+  }
+  return s;
+}
+
 }  // namespace gcsio

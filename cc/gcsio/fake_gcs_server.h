@@ -133,6 +133,10 @@ class FakeGcsServer {
   std::vector<std::thread> handlers_;
 };
 
+// `n` bytes of a fixed pseudo-random pattern (xorshift64 seeded by `seed`): object contents
+// for the tests, different for each seed, the same on every run.
+std::string TestPattern(uint64_t n, uint32_t seed);
+
 }  // namespace gcsio
 
 #endif  // CC_GCSIO_FAKE_GCS_SERVER_H_

@@ -3,25 +3,15 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <mutex>
 #include <stdexcept>
+
+#include "cc/gcsio/http_text.h"
 
 namespace gcsio {
 namespace {
 
 constexpr size_t kErrorBodyLimit = 1024;
-
-// Case-insensitive "name:" prefix match; returns the trimmed value.
-bool HeaderValue(std::string_view line, std::string_view name, std::string_view* value) {
-  if (line.size() <= name.size() || line[name.size()] != ':') return false;
-  for (size_t i = 0; i < name.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(line[i])) != name[i]) return false;
-  }
-  std::string_view v = line.substr(name.size() + 1);
-  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.front()))) v.remove_prefix(1);
-  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.remove_suffix(1);
-  *value = v;
-  return true;
-}
 
 int64_t ParseInt(std::string_view s) {
   int64_t v = -1;
@@ -31,22 +21,32 @@ int64_t ParseInt(std::string_view s) {
 
 }  // namespace
 
+void GlobalCurlInitOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+void SetTransferDefaults(CURL* easy, char* errbuf, curl_write_callback on_header,
+                         curl_write_callback on_body, void* self) {
+  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+  curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
+  curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
+  curl_easy_setopt(easy, CURLOPT_USERAGENT, "gcsckpt-gcsio/1.0");
+  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
+  curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(easy, CURLOPT_HEADERDATA, self);
+  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
+  curl_easy_setopt(easy, CURLOPT_WRITEDATA, self);
+  curl_easy_setopt(easy, CURLOPT_PRIVATE, self);
+}
+
 HttpTransfer::HttpTransfer() : easy_(curl_easy_init()) {
   if (easy_ == nullptr) throw std::runtime_error("curl_easy_init failed");
   errbuf_[0] = '\0';
-  curl_easy_setopt(easy_, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(easy_, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
+  SetTransferDefaults(easy_, errbuf_, &HttpTransfer::HeaderThunk, &HttpTransfer::BodyThunk, this);
   curl_easy_setopt(easy_, CURLOPT_HTTPGET, 1L);
-  curl_easy_setopt(easy_, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(easy_, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(easy_, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(easy_, CURLOPT_USERAGENT, "gcsckpt-gcsio/1.0");
-  curl_easy_setopt(easy_, CURLOPT_ERRORBUFFER, errbuf_);
-  curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, &HttpTransfer::HeaderThunk);
-  curl_easy_setopt(easy_, CURLOPT_HEADERDATA, this);
-  curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, &HttpTransfer::BodyThunk);
-  curl_easy_setopt(easy_, CURLOPT_WRITEDATA, this);
-  curl_easy_setopt(easy_, CURLOPT_PRIVATE, this);
 }
 
 HttpTransfer::~HttpTransfer() {

@@ -17,6 +17,17 @@
 
 namespace gcsio {
 
+// curl_global_init, once per process (before the first handle; the reader and the uploader
+// both call it).
+void GlobalCurlInitOnce();
+
+// The options every request handle of the reader and the uploader starts from: no signals,
+// HTTP/1.1, no redirects, TCP_NODELAY and keep-alive, the user agent, libcurl's message into
+// `errbuf` (CURL_ERROR_SIZE bytes), header lines to `on_header` and body bytes to `on_body`
+// (both called with `self`, which CURLINFO_PRIVATE also returns).
+void SetTransferDefaults(CURL* easy, char* errbuf, curl_write_callback on_header,
+                         curl_write_callback on_body, void* self);
+
 struct AttemptSetup {
   std::string url;
   AttemptRange range;        // object bytes this attempt asks for

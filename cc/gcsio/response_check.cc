@@ -4,24 +4,12 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 
+#include "cc/gcsio/http_text.h"
 #include "cc/gcsio/retry_policy.h"
 
 namespace gcsio {
 namespace {
-
-bool ParseU64(std::string_view s, uint64_t* out) {
-  if (s.empty()) return false;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
 // Keeps printable ASCII of a server's error body, tokens redacted, shortened, for messages.
 std::string Snippet(std::string_view body) {
@@ -44,20 +32,20 @@ bool StartsWithBearer(std::string_view s) {
   return IsSpace(s[kBearer.size()]);
 }
 
-Outcome Make(Verdict v, std::string cause, long status, std::string message) {
-  Outcome o;
-  o.verdict = v;
-  o.cause = std::move(cause);
-  o.status = status;
-  o.message = std::move(message);
-  return o;
-}
-
 std::string RangeText(const AttemptRange& r) {
   return "bytes=" + std::to_string(r.first) + "-" + std::to_string(r.first + r.length - 1);
 }
 
 }  // namespace
+
+Outcome MakeOutcome(Verdict verdict, std::string cause, long status, std::string message) {
+  Outcome o;
+  o.verdict = verdict;
+  o.cause = std::move(cause);
+  o.status = status;
+  o.message = std::move(message);
+  return o;
+}
 
 ContentRange ParseContentRange(std::string_view value) {
   ContentRange cr;
@@ -91,57 +79,58 @@ Outcome CheckSuccessHeaders(long status, const AttemptRange& range, std::string_
   const std::string want = RangeText(range);
   if (status == 200) {
     if (range.first != 0) {
-      return Make(Verdict::kFail, "range_ignored", status,
-                  "HTTP 200 (whole object) for " + want + ": the server ignored the Range header");
+      return MakeOutcome(
+          Verdict::kFail, "range_ignored", status,
+          "HTTP 200 (whole object) for " + want + ": the server ignored the Range header");
     }
     if (content_length >= 0 && static_cast<uint64_t>(content_length) != range.length) {
-      return Make(Verdict::kFail, "range_ignored", status,
-                  "HTTP 200 with Content-Length " + std::to_string(content_length) + " for " +
-                      want + ": the server ignored the Range header");
+      return MakeOutcome(Verdict::kFail, "range_ignored", status,
+                         "HTTP 200 with Content-Length " + std::to_string(content_length) +
+                             " for " + want + ": the server ignored the Range header");
     }
-    return Make(Verdict::kSuccess, "", status, "");
+    return MakeOutcome(Verdict::kSuccess, "", status, "");
   }
   if (status != 206) {
-    return Make(Verdict::kFail, "unexpected_status", status,
-                "unexpected HTTP " + std::to_string(status) + " for " + want);
+    return MakeOutcome(Verdict::kFail, "unexpected_status", status,
+                       "unexpected HTTP " + std::to_string(status) + " for " + want);
   }
   const ContentRange cr = ParseContentRange(content_range);
   const uint64_t want_last = range.first + range.length - 1;
   if (cr.valid && !cr.unsatisfied && cr.first == range.first && cr.last < want_last &&
       cr.has_total && cr.last + 1 == cr.total) {
-    return Make(
+    return MakeOutcome(
         Verdict::kFail, "beyond_end", status,
         want + " reaches past the end of the object (size " + std::to_string(cr.total) + " bytes)");
   }
   if (!cr.valid || cr.unsatisfied || cr.first != range.first || cr.last != want_last) {
-    return Make(Verdict::kRetry, "bad_content_range", status,
-                "HTTP 206 with Content-Range '" + std::string(Trim(content_range)) +
-                    "' does not match requested " + want);
+    return MakeOutcome(Verdict::kRetry, "bad_content_range", status,
+                       "HTTP 206 with Content-Range '" + std::string(Trim(content_range)) +
+                           "' does not match requested " + want);
   }
   if (content_length >= 0 && static_cast<uint64_t>(content_length) != range.length) {
-    return Make(Verdict::kRetry, "bad_content_range", status,
-                "HTTP 206 with Content-Length " + std::to_string(content_length) +
-                    " does not match requested " + want);
+    return MakeOutcome(Verdict::kRetry, "bad_content_range", status,
+                       "HTTP 206 with Content-Length " + std::to_string(content_length) +
+                           " does not match requested " + want);
   }
-  return Make(Verdict::kSuccess, "", status, "");
+  return MakeOutcome(Verdict::kSuccess, "", status, "");
 }
 
 Outcome CheckWholeObjectAnswer(const AttemptRange& range, int64_t content_length) {
   if (content_length >= 0 && static_cast<uint64_t>(content_length) < range.first + range.length) {
-    return Make(Verdict::kFail, "range_not_honoured", 200,
-                "range not honoured: HTTP 200 answered the whole object (" +
-                    std::to_string(content_length) + " bytes) for " + RangeText(range) +
-                    ", which reaches past its end");
+    return MakeOutcome(Verdict::kFail, "range_not_honoured", 200,
+                       "range not honoured: HTTP 200 answered the whole object (" +
+                           std::to_string(content_length) + " bytes) for " + RangeText(range) +
+                           ", which reaches past its end");
   }
-  return Make(Verdict::kSuccess, "", 200, "");
+  return MakeOutcome(Verdict::kSuccess, "", 200, "");
 }
 
 Outcome CheckGeneration(int64_t pinned, int64_t seen) {
-  if (pinned <= 0 || seen <= 0 || pinned == seen) return Make(Verdict::kSuccess, "", 0, "");
-  Outcome o = Make(Verdict::kFail, kGenerationChanged, 0,
-                   "object changed during read: the server answered with generation " +
-                       std::to_string(seen) + ", but this read is pinned to generation " +
-                       std::to_string(pinned));
+  if (pinned <= 0 || seen <= 0 || pinned == seen) return MakeOutcome(Verdict::kSuccess, "", 0, "");
+  Outcome o = MakeOutcome(Verdict::kFail, kGenerationChanged, 0,
+                          "object changed during read: the server answered with generation " +
+                              std::to_string(seen) + ", but this read is pinned to generation " +
+                              std::to_string(pinned));
   o.pinned_generation = pinned;
   o.seen_generation = seen;
   return o;
@@ -181,27 +170,27 @@ Outcome TransportOutcome(int curl_code, std::string_view detail) {
                            (detail.empty() ? "" : " (" + std::string(detail) + ")");
   switch (curl_code) {
     case CURLE_COULDNT_CONNECT:
-      return Make(Verdict::kRetry, "connection_refused", 0, "connection failed: " + text);
+      return MakeOutcome(Verdict::kRetry, "connection_refused", 0, "connection failed: " + text);
     case CURLE_SEND_ERROR:
     case CURLE_RECV_ERROR:
-      return Make(Verdict::kRetry, "connection_reset", 0, "connection broken: " + text);
+      return MakeOutcome(Verdict::kRetry, "connection_reset", 0, "connection broken: " + text);
     case CURLE_GOT_NOTHING:
-      return Make(Verdict::kRetry, "connection_reset", 0, "empty reply: " + text);
+      return MakeOutcome(Verdict::kRetry, "connection_reset", 0, "empty reply: " + text);
     case CURLE_SEND_FAIL_REWIND:
       // A reused connection died before any answer; libcurl would resend the body on a new
       // one, which uploads refuse: the retry asks the session what it kept first.
-      return Make(Verdict::kRetry, "connection_reset", 0, "connection broken: " + text);
+      return MakeOutcome(Verdict::kRetry, "connection_reset", 0, "connection broken: " + text);
     case CURLE_OPERATION_TIMEDOUT:
-      return Make(Verdict::kRetry, "timeout", 0, "timed out: " + text);
+      return MakeOutcome(Verdict::kRetry, "timeout", 0, "timed out: " + text);
     case CURLE_PARTIAL_FILE:
-      return Make(Verdict::kRetry, "short_body", 0, "body ended early: " + text);
+      return MakeOutcome(Verdict::kRetry, "short_body", 0, "body ended early: " + text);
     case CURLE_COULDNT_RESOLVE_HOST:
-      return Make(Verdict::kRetry, "dns", 0, "host lookup failed: " + text);
+      return MakeOutcome(Verdict::kRetry, "dns", 0, "host lookup failed: " + text);
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
-      return Make(Verdict::kRetry, "connection_reset", 0, "HTTP/2 stream failed: " + text);
+      return MakeOutcome(Verdict::kRetry, "connection_reset", 0, "HTTP/2 stream failed: " + text);
     default:
-      return Make(Verdict::kFail, "transport", 0, "transfer failed: " + text);
+      return MakeOutcome(Verdict::kFail, "transport", 0, "transfer failed: " + text);
   }
 }
 
@@ -212,36 +201,38 @@ Outcome StatusOutcome(long status, std::string_view body, std::string_view bucke
   const std::string tail = snippet.empty() ? "" : ": " + snippet;
   const std::string code = "HTTP " + std::to_string(status);
   const std::string cause = "http_" + std::to_string(status);
-  if (IsRetryableStatus(status)) return Make(Verdict::kRetry, cause, status, code + tail);
+  if (IsRetryableStatus(status)) return MakeOutcome(Verdict::kRetry, cause, status, code + tail);
   if (pinned_generation > 0 && (status == 404 || status == 412)) {
     // The GET named the generation this read is pinned to: the object was replaced (or
     // deleted) since, which is not "it never existed".
-    Outcome o = Make(Verdict::kFail, kGenerationChanged, status,
-                     "object changed during read: generation " + std::to_string(pinned_generation) +
-                         " is no longer the object's (" + code +
-                         (status == 412 ? " precondition failed" : " not found") + ")" + tail);
+    Outcome o =
+        MakeOutcome(Verdict::kFail, kGenerationChanged, status,
+                    "object changed during read: generation " + std::to_string(pinned_generation) +
+                        " is no longer the object's (" + code +
+                        (status == 412 ? " precondition failed" : " not found") + ")" + tail);
     o.pinned_generation = pinned_generation;
     return o;
   }
   if (status == 412) {
-    return Make(Verdict::kFail, kGenerationChanged, status,
-                code + " precondition failed: the object changed during the read" + tail);
+    return MakeOutcome(Verdict::kFail, kGenerationChanged, status,
+                       code + " precondition failed: the object changed during the read" + tail);
   }
   if (status == 404) {
-    return Make(Verdict::kFail, cause, status,
-                code + " not found: bucket '" + std::string(bucket) + "' or object '" +
-                    std::string(object) + "' does not exist" + tail);
+    return MakeOutcome(Verdict::kFail, cause, status,
+                       code + " not found: bucket '" + std::string(bucket) + "' or object '" +
+                           std::string(object) + "' does not exist" + tail);
   }
   if (status == 401 || status == 403) {
-    return Make(Verdict::kFail, cause, status,
-                code + " permission denied for credential " + std::string(credential) + tail);
+    return MakeOutcome(
+        Verdict::kFail, cause, status,
+        code + " permission denied for credential " + std::string(credential) + tail);
   }
   if (status == 416) {
-    return Make(
+    return MakeOutcome(
         Verdict::kFail, cause, status,
         code + " range not satisfiable: the range starts past the end of the object" + tail);
   }
-  return Make(Verdict::kFail, cause, status, code + tail);
+  return MakeOutcome(Verdict::kFail, cause, status, code + tail);
 }
 
 }  // namespace gcsio

@@ -25,6 +25,9 @@ struct Outcome {
   uint64_t object_size = 0;
 };
 
+// An Outcome with these fields set (the ones not named keep their defaults).
+Outcome MakeOutcome(Verdict verdict, std::string cause, long status, std::string message);
+
 // The cause of every failure that means "the object was replaced while it was being read".
 inline constexpr const char* kGenerationChanged = "generation_changed";
 

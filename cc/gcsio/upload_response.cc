@@ -1,26 +1,14 @@
 #include "cc/gcsio/upload_response.h"
 
 #include <cctype>
-#include <charconv>
 #include <cstdio>
 
 #include "cc/gcsio/crc32c.h"
+#include "cc/gcsio/http_text.h"
 #include "cc/gcsio/url.h"
 
 namespace gcsio {
 namespace {
-
-bool ParseU64(std::string_view s, uint64_t* out) {
-  if (s.empty()) return false;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
-  return ec == std::errc() && ptr == s.data() + s.size();
-}
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
 
 std::string Hex(uint32_t v) {
   char buf[16];
@@ -96,15 +84,6 @@ class JsonScanner {
   size_t i_ = 0;
 };
 
-Outcome Make(Verdict v, std::string cause, long status, std::string message) {
-  Outcome o;
-  o.verdict = v;
-  o.cause = std::move(cause);
-  o.status = status;
-  o.message = std::move(message);
-  return o;
-}
-
 }  // namespace
 
 int64_t ParseCommittedRange(std::string_view range_header) {
@@ -155,9 +134,10 @@ Outcome UploadStatusOutcome(long status, std::string_view body, std::string_view
                                  : "ifGenerationMatch=" + std::to_string(if_generation_match);
     // The server's text, as StatusOutcome quotes it ("HTTP 400: <snippet>" -> ": <snippet>").
     const std::string quoted = StatusOutcome(400, body, bucket, object, credential).message;
-    return Make(Verdict::kFail, kPreconditionFailed, status,
-                "HTTP 412 precondition failed: " + cond + " does not hold for " + where +
-                    (if_generation_match == 0 ? " (the object exists)" : "") + quoted.substr(8));
+    return MakeOutcome(Verdict::kFail, kPreconditionFailed, status,
+                       "HTTP 412 precondition failed: " + cond + " does not hold for " + where +
+                           (if_generation_match == 0 ? " (the object exists)" : "") +
+                           quoted.substr(8));
   }
   if (session_request && (status == 404 || status == 410)) {
     Outcome o = StatusOutcome(status, body, bucket, object, credential);
@@ -174,31 +154,32 @@ Outcome CheckUploadedObject(const ObjectResource& r, std::string_view bucket,
                             std::string_view object, uint64_t size, uint32_t crc32c) {
   const std::string where = GsUri(bucket, object);
   if (!r.valid) {
-    return Make(Verdict::kFail, "bad_object_resource", 0,
-                "the answer that completed the upload of " + where +
-                    " is not an object resource with a size");
+    return MakeOutcome(Verdict::kFail, "bad_object_resource", 0,
+                       "the answer that completed the upload of " + where +
+                           " is not an object resource with a size");
   }
   const std::string gen = " generation " + std::to_string(r.generation);
   if (r.size != size) {
-    return Make(Verdict::kFail, "size_mismatch", 0,
-                "uploaded " + where + gen + " has " + std::to_string(r.size) + " bytes, but " +
-                    std::to_string(size) + " were sent");
+    return MakeOutcome(Verdict::kFail, "size_mismatch", 0,
+                       "uploaded " + where + gen + " has " + std::to_string(r.size) +
+                           " bytes, but " + std::to_string(size) + " were sent");
   }
   if (r.generation <= 0) {
-    return Make(Verdict::kFail, "no_generation", 0,
-                "the server named no generation for uploaded " + where);
+    return MakeOutcome(Verdict::kFail, "no_generation", 0,
+                       "the server named no generation for uploaded " + where);
   }
   if (!r.has_crc32c) {
-    return Make(Verdict::kFail, kCrc32cMismatch, 0,
-                "the server reported no crc32c for uploaded " + where + gen);
+    return MakeOutcome(Verdict::kFail, kCrc32cMismatch, 0,
+                       "the server reported no crc32c for uploaded " + where + gen);
   }
   if (r.crc32c != crc32c) {
-    return Make(Verdict::kFail, kCrc32cMismatch, 0,
-                "crc32c mismatch for uploaded " + where + gen + ": the server has " +
-                    Crc32cBase64(r.crc32c) + " (" + Hex(r.crc32c) + "), the bytes sent have " +
-                    Crc32cBase64(crc32c) + " (" + Hex(crc32c) + ")");
+    return MakeOutcome(Verdict::kFail, kCrc32cMismatch, 0,
+                       "crc32c mismatch for uploaded " + where + gen + ": the server has " +
+                           Crc32cBase64(r.crc32c) + " (" + Hex(r.crc32c) +
+                           "), the bytes sent have " + Crc32cBase64(crc32c) + " (" + Hex(crc32c) +
+                           ")");
   }
-  return Make(Verdict::kSuccess, "", 0, "");
+  return MakeOutcome(Verdict::kSuccess, "", 0, "");
 }
 
 }  // namespace gcsio

@@ -6,21 +6,11 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "cc/gcsio/http_text.h"
+#include "cc/gcsio/http_transfer.h"
+
 namespace gcsio {
 namespace {
-
-// Case-insensitive "name:" prefix match; returns the trimmed value.
-bool HeaderValue(std::string_view line, std::string_view name, std::string* value) {
-  if (line.size() <= name.size() || line[name.size()] != ':') return false;
-  for (size_t i = 0; i < name.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(line[i])) != name[i]) return false;
-  }
-  std::string_view v = line.substr(name.size() + 1);
-  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.front()))) v.remove_prefix(1);
-  while (!v.empty() && std::isspace(static_cast<unsigned char>(v.back()))) v.remove_suffix(1);
-  *value = std::string(v);
-  return true;
-}
 
 // The body of a session start: the object resource (the name also rides in the URL).
 constexpr char kStartBody[] = "{}";
@@ -46,18 +36,8 @@ void UploadTransfer::Begin(const UploadRequestSetup& setup) {
   // A request of another kind may follow on the same handle: start from libcurl's defaults
   // (the connection cache lives in the multi handle and survives).
   curl_easy_reset(easy_);
-  curl_easy_setopt(easy_, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(easy_, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-  curl_easy_setopt(easy_, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(easy_, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(easy_, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(easy_, CURLOPT_USERAGENT, "gcsckpt-gcsio/1.0");
-  curl_easy_setopt(easy_, CURLOPT_ERRORBUFFER, errbuf_);
-  curl_easy_setopt(easy_, CURLOPT_HEADERFUNCTION, &UploadTransfer::HeaderThunk);
-  curl_easy_setopt(easy_, CURLOPT_HEADERDATA, this);
-  curl_easy_setopt(easy_, CURLOPT_WRITEFUNCTION, &UploadTransfer::BodyThunk);
-  curl_easy_setopt(easy_, CURLOPT_WRITEDATA, this);
-  curl_easy_setopt(easy_, CURLOPT_PRIVATE, this);
+  SetTransferDefaults(easy_, errbuf_, &UploadTransfer::HeaderThunk, &UploadTransfer::BodyThunk,
+                      this);
   curl_easy_setopt(easy_, CURLOPT_URL, setup_.url.c_str());
   curl_easy_setopt(easy_, CURLOPT_CONNECTTIMEOUT_MS, setup.connect_timeout_ms);
   curl_easy_setopt(easy_, CURLOPT_UPLOAD_BUFFERSIZE, kSendBufferBytes);
@@ -113,8 +93,11 @@ size_t UploadTransfer::HeaderThunk(char* data, size_t size, size_t count, void* 
     t->answer_.range.clear();
     return size * count;
   }
-  if (!HeaderValue(line, "location", &t->answer_.location)) {
-    HeaderValue(line, "range", &t->answer_.range);
+  std::string_view v;
+  if (HeaderValue(line, "location", &v)) {
+    t->answer_.location = std::string(v);
+  } else if (HeaderValue(line, "range", &v)) {
+    t->answer_.range = std::string(v);
   }
   return size * count;
 }

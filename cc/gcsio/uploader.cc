@@ -7,6 +7,8 @@
 #include <stdexcept>
 
 #include "cc/gcsio/crc32c.h"
+#include "cc/gcsio/http_text.h"
+#include "cc/gcsio/http_transfer.h"
 #include "cc/gcsio/response_check.h"
 #include "cc/gcsio/upload_response.h"
 #include "cc/gcsio/url.h"
@@ -16,27 +18,6 @@ namespace {
 
 constexpr auto kPollCap = std::chrono::milliseconds(100);
 constexpr uint64_t kChunkGranule = 256 << 10;  // GCS: every chunk but the last a multiple of it
-
-bool LaterDue(const std::chrono::steady_clock::time_point& a,
-              const std::chrono::steady_clock::time_point& b) {
-  return a > b;
-}
-
-void GlobalCurlInitOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-// 16095232 -> "16,095,232"
-std::string Grouped(uint64_t n) {
-  std::string digits = std::to_string(n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
-    out.push_back(digits[i]);
-  }
-  return out;
-}
 
 const char* StepName(UploadStep s) {
   switch (s) {
@@ -117,10 +98,7 @@ Uploader::~Uploader() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    dropped.assign(ready_.begin(), ready_.end());
-    dropped.insert(dropped.end(), delayed_.begin(), delayed_.end());
-    ready_.clear();
-    delayed_.clear();
+    dropped = queue_.TakeAll();
   }
   for (Job& j : dropped) {
     j.upload->cancelled_ = true;
@@ -161,7 +139,7 @@ std::shared_ptr<Upload> Uploader::Submit(UploadSpec spec) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) throw std::runtime_error("uploader is closed");
-    ready_.push_back(Job{upload, Clock::now()});
+    queue_.ready.push_back(Job{upload, Clock::now()});
   }
   cv_.notify_all();
   curl_multi_wakeup(multi_);
@@ -173,13 +151,7 @@ void Uploader::Cancel(const std::shared_ptr<Upload>& upload) {
   bool queued = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto of = [&upload](const Job& j) { return j.upload == upload; };
-    queued = std::any_of(ready_.begin(), ready_.end(), of) ||
-             std::any_of(delayed_.begin(), delayed_.end(), of);
-    ready_.erase(std::remove_if(ready_.begin(), ready_.end(), of), ready_.end());
-    delayed_.erase(std::remove_if(delayed_.begin(), delayed_.end(), of), delayed_.end());
-    std::make_heap(delayed_.begin(), delayed_.end(),
-                   [](const Job& a, const Job& b) { return LaterDue(a.not_before, b.not_before); });
+    queued = !queue_.RemoveIf([&upload](const Job& j) { return j.upload == upload; }).empty();
   }
   if (queued) Fail(upload, "cancelled", 0, "cancelled", "");
   if (getpid() != owner_pid_) return;
@@ -204,23 +176,18 @@ UploadStatsSnapshot Uploader::Stats() const {
 
 bool Uploader::TakeLocked(Job* job, uint64_t* bytes) {
   const auto now = Clock::now();
-  auto later = [](const Job& a, const Job& b) { return LaterDue(a.not_before, b.not_before); };
-  while (!delayed_.empty() && delayed_.front().not_before <= now) {
-    std::pop_heap(delayed_.begin(), delayed_.end(), later);
-    ready_.push_front(std::move(delayed_.back()));  // retries go first
-    delayed_.pop_back();
-  }
-  if (stopping_ || ready_.empty() || inflight_requests_ >= options_.max_inflight_requests) {
+  queue_.PromoteDue(now);
+  if (stopping_ || queue_.ready.empty() || inflight_requests_ >= options_.max_inflight_requests) {
     return false;
   }
-  const Upload& next = *ready_.front().upload;
+  const Upload& next = *queue_.ready.front().upload;
   uint64_t want = 0;
   if (next.step_ == UploadStep::kChunk) {
     want = std::min(options_.chunk_bytes, next.spec_.size - next.committed_);
   }
   if (inflight_requests_ > 0 && inflight_bytes_ + want > options_.max_inflight_bytes) return false;
-  *job = std::move(ready_.front());
-  ready_.pop_front();
+  *job = std::move(queue_.ready.front());
+  queue_.ready.pop_front();
   *bytes = want;
   ++inflight_requests_;
   inflight_bytes_ += want;
@@ -237,10 +204,10 @@ void Uploader::Loop() {
       while (TakeLocked(&job, &bytes)) starts.emplace_back(std::move(job), bytes);
       if (stopping_) break;
       if (starts.empty() && active_.empty()) {
-        if (delayed_.empty() && ready_.empty()) {
+        if (!queue_.has_delayed() && queue_.ready.empty()) {
           cv_.wait(lock);
-        } else if (!delayed_.empty()) {
-          cv_.wait_until(lock, delayed_.front().not_before);
+        } else if (queue_.has_delayed()) {
+          cv_.wait_until(lock, queue_.next_due());
         } else {
           cv_.wait_for(lock, kPollCap);
         }
@@ -256,8 +223,8 @@ void Uploader::Loop() {
       Clock::duration wait = kPollCap;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (!delayed_.empty()) {
-          wait = std::clamp<Clock::duration>(delayed_.front().not_before - Clock::now(),
+        if (queue_.has_delayed()) {
+          wait = std::clamp<Clock::duration>(queue_.next_due() - Clock::now(),
                                              Clock::duration::zero(), kPollCap);
         }
       }
@@ -497,12 +464,9 @@ void Uploader::Requeue(std::shared_ptr<Upload> upload, double delay_s) {
       const auto due = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double>(delay_s));
       if (delay_s <= 0) {
-        ready_.push_front(Job{upload, due});
+        queue_.ready.push_front(Job{upload, due});
       } else {
-        delayed_.push_back(Job{upload, due});
-        std::push_heap(delayed_.begin(), delayed_.end(), [](const Job& a, const Job& b) {
-          return LaterDue(a.not_before, b.not_before);
-        });
+        queue_.Delay(Job{upload, due});
       }
       queued = true;
     }

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "cc/gcsio/defaults.h"
+#include "cc/gcsio/job_queue.h"
 #include "cc/gcsio/retry_policy.h"
 #include "cc/gcsio/token_cache.h"
 #include "cc/gcsio/upload_transfer.h"
@@ -182,8 +183,7 @@ class Uploader {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Job> ready_;
-  std::vector<Job> delayed_;  // min-heap by not_before
+  JobQueue<Job> queue_;
   int inflight_requests_ = 0;
   uint64_t inflight_bytes_ = 0;
   bool stopping_ = false;

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import http.client
 import json
 import urllib.parse
+
+import google_crc32c
 
 
 def connect(endpoint: str, timeout_s: float = 60.0) -> http.client.HTTPConnection:
@@ -29,3 +33,13 @@ def fetch(
 def error_code(body: bytes) -> int:
     """error.code of a GCS-style JSON error body."""
     return json.loads(body)["error"]["code"]
+
+
+def crc32c_b64(data: bytes) -> str:
+    """CRC32C of `data` as GCS's `crc32c` field writes it (base64 of the big-endian digest)."""
+    return base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
+
+
+def md5_b64(data: bytes) -> str:
+    """MD5 of `data` as GCS's `md5Hash` field writes it (base64 of the digest)."""
+    return base64.b64encode(hashlib.md5(data).digest()).decode()

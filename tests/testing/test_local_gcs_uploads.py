@@ -5,17 +5,14 @@ client resumes from, concurrent uploads and create-if-absent races, and the late
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import threading
 import time
 import urllib.parse
 
-import google_crc32c
 import numpy as np
 import pytest
-from http_util import connect
+from http_util import connect, crc32c_b64, md5_b64
 
 from gcsckpt.io import ObjectStore
 from gcsckpt.testing import LocalGCS, quote_object
@@ -28,14 +25,6 @@ QUANTUM = 256 * 1024
 def bucket(gcs):
     gcs.create_bucket(BUCKET)
     return BUCKET
-
-
-def _crc32c(data: bytes) -> str:
-    return base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
-
-
-def _md5(data: bytes) -> str:
-    return base64.b64encode(hashlib.md5(data).digest()).decode()
 
 
 def _request(conn, method, path, body=b"", headers=None):
@@ -55,11 +44,11 @@ def _data(n: int, seed: int = 1) -> bytes:
 
 def _check_object(gcs, name: str, answer: dict, data: bytes) -> None:
     assert int(answer["size"]) == len(data)
-    assert (answer["crc32c"], answer["md5Hash"]) == (_crc32c(data), _md5(data))
+    assert (answer["crc32c"], answer["md5Hash"]) == (crc32c_b64(data), md5_b64(data))
     blob = gcs.storage_client().bucket(BUCKET).get_blob(name)
     assert (blob.crc32c, blob.md5_hash, blob.generation) == (
-        _crc32c(data),
-        _md5(data),
+        crc32c_b64(data),
+        md5_b64(data),
         int(answer["generation"]),
     )
     assert gcs.get(BUCKET, name) == data
@@ -111,7 +100,7 @@ def test_multipart_upload_either_line_break(gcs, bucket, eol):
 
 
 def test_multipart_checksum_the_bytes_do_not_match_is_400(gcs, bucket):
-    meta = json.dumps({"name": "multipart/bad", "md5Hash": _md5(b"other")})
+    meta = json.dumps({"name": "multipart/bad", "md5Hash": md5_b64(b"other")})
     body = (
         f"--B\r\nContent-Type: application/json\r\n\r\n{meta}\r\n--B\r\n"
         "Content-Type: application/octet-stream\r\n\r\npayload\r\n--B--\r\n"
@@ -148,7 +137,11 @@ def test_every_client_round_trips(gcs, bucket):
         ("clients/ours-large", large),
     ):
         blob = client_bucket.get_blob(name)
-        assert (blob.size, blob.crc32c, blob.md5_hash) == (len(data), _crc32c(data), _md5(data))
+        assert (blob.size, blob.crc32c, blob.md5_hash) == (
+            len(data),
+            crc32c_b64(data),
+            md5_b64(data),
+        )
         assert store.download(BUCKET, name) == data
     assert sorted(store.list(BUCKET, "clients/")) == [
         "clients/gcs-large",
@@ -293,4 +286,4 @@ def test_latency_model_holds_upload_answers():
         start = time.monotonic()
         status, _, body = _media(conn, "paced/large", data)
         assert status == 200 and time.monotonic() - start >= 0.3 + len(data) / 10e6
-        assert json.loads(body)["crc32c"] == _crc32c(data)
+        assert json.loads(body)["crc32c"] == crc32c_b64(data)

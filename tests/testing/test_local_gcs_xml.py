@@ -6,17 +6,15 @@ every client (RangeReader, ObjectStore, gcsfs, google-cloud-storage).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import re
 import urllib.parse
 import xml.etree.ElementTree as ET
 
-import google_crc32c
 import numpy as np
 import pytest
-from http_util import connect, fetch
+from http_util import connect, crc32c_b64, fetch, md5_b64
 
 from gcsckpt.io import ObjectStore, RangeReader, RangeRequest
 
@@ -29,14 +27,6 @@ NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 def bucket(gcs):
     gcs.create_bucket(BUCKET)
     return BUCKET
-
-
-def _crc32c(data: bytes) -> str:
-    return base64.b64encode(google_crc32c.Checksum(data).digest()).decode()
-
-
-def _md5(data: bytes) -> str:
-    return base64.b64encode(hashlib.md5(data).digest()).decode()
 
 
 def _path(name: str, query: str = "") -> str:
@@ -69,7 +59,7 @@ def _put_part(conn, name, upload_id, number, data) -> str:
     )
     assert status == 200, body
     assert headers["etag"] == f'"{hashlib.md5(data).hexdigest()}"'
-    assert headers["x-goog-hash"] == f"crc32c={_crc32c(data)},md5={_md5(data)}"
+    assert headers["x-goog-hash"] == f"crc32c={crc32c_b64(data)},md5={md5_b64(data)}"
     return headers["etag"]
 
 
@@ -92,7 +82,7 @@ def test_transfer_manager_upload_reads_back_through_every_client(gcs, bucket, tm
 
     meta = gcs.storage_client().bucket(bucket).get_blob(name)
     assert meta.size == len(data)
-    assert meta.crc32c == _crc32c(data) and meta.md5_hash == _md5(data)
+    assert meta.crc32c == crc32c_b64(data) and meta.md5_hash == md5_b64(data)
     generation = meta.generation
 
     store = ObjectStore(gcs.endpoint)
@@ -107,7 +97,7 @@ def test_transfer_manager_upload_reads_back_through_every_client(gcs, bucket, tm
 
     fs = gcs.gcsfs()
     assert fs.cat_file(f"{bucket}/{name}") == data
-    assert fs.info(f"{bucket}/{name}")["crc32c"] == _crc32c(data)
+    assert fs.info(f"{bucket}/{name}")["crc32c"] == crc32c_b64(data)
     assert f"{bucket}/{name}" in fs.find(f"{bucket}/ckpt")
 
     # XML reads are nginx's, with the generation.
@@ -134,7 +124,9 @@ def test_complete_is_one_atomic_new_generation(gcs, bucket):
     assert root.find(NS + "Key").text == name
     assert root.find(NS + "ETag").text == f'"{hashlib.md5(first + last).hexdigest()}-2"'
     assert int(headers["x-goog-generation"]) > before
-    assert headers["x-goog-hash"] == f"crc32c={_crc32c(first + last)},md5={_md5(first + last)}"
+    assert (
+        headers["x-goog-hash"] == f"crc32c={crc32c_b64(first + last)},md5={md5_b64(first + last)}"
+    )
     assert gcs.get(bucket, name) == first + last
     blob = gcs.storage_client().bucket(bucket).get_blob(name)
     assert blob.generation == int(headers["x-goog-generation"])
@@ -246,7 +238,7 @@ def test_simple_put_get_head(gcs, bucket):
         conn, "PUT", _path(name), b"again", {"x-goog-if-generation-match": "0"}
     )
     assert (status, _error_code(body)) == (412, "PreconditionFailed")
-    status, _, body = _request(conn, "PUT", _path(name), b"bad", {"Content-MD5": _md5(b"other")})
+    status, _, body = _request(conn, "PUT", _path(name), b"bad", {"Content-MD5": md5_b64(b"other")})
     assert (status, _error_code(body)) == (400, "BadDigest")
     status, headers, body = fetch(conn, _path(name))
     assert (status, body, headers["x-goog-generation"]) == (200, b"hello", generation)

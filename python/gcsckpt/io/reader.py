@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from gcsckpt.io import defaults
-from gcsckpt.io.auth import engine_token_source
 from gcsckpt.io.buffers import as_writable_buffer
 from gcsckpt.io.endpoint import resolve_endpoint
+from gcsckpt.io.engine_setup import EngineFront, check_engine_options, start_engine
 from gcsckpt.io.errors import RangeReadError, make_error
 from gcsckpt.io.extension import _gcsio
 from gcsckpt.io.records import RangeRequest
@@ -94,7 +94,7 @@ class ReadHandle:
         return make_error(failures, total=len(self._requests))
 
 
-class RangeReader:
+class RangeReader(EngineFront):
     """Reads byte ranges of GCS objects into caller memory with many ranged GETs in flight.
 
     A C++ engine (libcurl multi, ``num_threads`` worker threads, HTTP/1.1 keep-alive
@@ -170,22 +170,19 @@ class RangeReader:
         send_token: bool | None = None,
     ):
         self.endpoint = resolve_endpoint(endpoint)
-        if not isinstance(retry, RetryPolicy):
-            raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
-        for name, value in (
-            ("max_inflight_requests", max_inflight_requests),
-            ("max_inflight_bytes", max_inflight_bytes),
-            ("chunk_bytes", chunk_bytes),
-            ("min_chunk_bytes", min_chunk_bytes),
-            ("num_threads", num_threads),
-        ):
-            if int(value) != value or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_engine_options(
+            retry,
+            {
+                "max_inflight_requests": max_inflight_requests,
+                "max_inflight_bytes": max_inflight_bytes,
+                "chunk_bytes": chunk_bytes,
+                "min_chunk_bytes": min_chunk_bytes,
+                "num_threads": num_threads,
+            },
+        )
         if int(coalesce_gap_bytes) != coalesce_gap_bytes or coalesce_gap_bytes < 0:
             raise ValueError(f"coalesce_gap_bytes must be an int >= 0, got {coalesce_gap_bytes!r}")
         self.retry = retry
-        source, credential = engine_token_source(self.endpoint, token_provider, send_token)
-        self.credential_description = credential
         self._options = {
             "max_inflight_requests": int(max_inflight_requests),
             "max_inflight_bytes": int(max_inflight_bytes),
@@ -197,21 +194,9 @@ class RangeReader:
             "stall_timeout_s": float(stall_timeout_s),
             "recv_buffer_bytes": int(recv_buffer_bytes),
         }
-        self._reader = _gcsio.Reader(
-            endpoint=self.endpoint,
-            max_attempts=retry.max_attempts,
-            initial_backoff_s=retry.initial_backoff_s,
-            max_backoff_s=retry.max_backoff_s,
-            deadline_s=retry.deadline_s,
-            token_source=source,
-            credential_description=credential,
-            **self._options,
+        self._reader, self.credential_description = start_engine(
+            _gcsio.Reader, self.endpoint, retry, token_provider, send_token, self._options
         )
-
-    @property
-    def options(self) -> dict:
-        """The tuning options this reader runs with (bytes, seconds, counts)."""
-        return dict(self._options)
 
     def submit(self, requests: Sequence[RangeRequest]) -> ReadHandle:
         """Starts reading ``requests``; returns at once.
@@ -260,19 +245,6 @@ class RangeReader:
     def close(self) -> None:
         """Stops the worker threads once no handle is alive; later calls raise RuntimeError."""
         self._reader.close()
-
-    def __enter__(self) -> RangeReader:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        opts = ", ".join(f"{k}={v}" for k, v in self._options.items())
-        return (
-            f"RangeReader({self.endpoint!r}, {opts}, retry={self.retry}, "
-            f"credential={self.credential_description!r})"
-        )
 
 
 def _with_buffer(request, index: int):

@@ -42,9 +42,10 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from gcsckpt.io import defaults
-from gcsckpt.io.auth import READ_WRITE_SCOPE, engine_token_source
+from gcsckpt.io.auth import READ_WRITE_SCOPE
 from gcsckpt.io.buffers import as_writable_buffer
 from gcsckpt.io.endpoint import resolve_endpoint
+from gcsckpt.io.engine_setup import EngineFront, check_engine_options, start_engine
 from gcsckpt.io.errors import make_upload_error
 from gcsckpt.io.extension import _gcsio
 from gcsckpt.io.retry import RetryPolicy
@@ -122,7 +123,7 @@ class UploadHandle:
         self._upload.cancel()
 
 
-class Uploader:
+class Uploader(EngineFront):
     """Uploads caller buffers to GCS objects, many resumable uploads in flight (see the module
     docstring for the protocol, checks and retries).
 
@@ -158,23 +159,18 @@ class Uploader:
         send_token: bool | None = None,
     ):
         self.endpoint = resolve_endpoint(endpoint)
-        if not isinstance(retry, RetryPolicy):
-            raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
-        for name, value in (
-            ("max_inflight_requests", max_inflight_requests),
-            ("max_inflight_bytes", max_inflight_bytes),
-        ):
-            if int(value) != value or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        check_engine_options(
+            retry,
+            {
+                "max_inflight_requests": max_inflight_requests,
+                "max_inflight_bytes": max_inflight_bytes,
+            },
+        )
         if int(chunk_bytes) != chunk_bytes or chunk_bytes < 1 or chunk_bytes % (256 << 10):
             raise ValueError(
                 f"chunk_bytes must be a positive multiple of 256 KiB (262144), got {chunk_bytes!r}"
             )
         self.retry = retry
-        source, credential = engine_token_source(
-            self.endpoint, token_provider, send_token, scope=READ_WRITE_SCOPE
-        )
-        self.credential_description = credential
         self._options = {
             "max_inflight_requests": int(max_inflight_requests),
             "max_inflight_bytes": int(max_inflight_bytes),
@@ -182,21 +178,15 @@ class Uploader:
             "connect_timeout_s": float(connect_timeout_s),
             "stall_timeout_s": float(stall_timeout_s),
         }
-        self._uploader = _gcsio.Uploader(
-            endpoint=self.endpoint,
-            max_attempts=retry.max_attempts,
-            initial_backoff_s=retry.initial_backoff_s,
-            max_backoff_s=retry.max_backoff_s,
-            deadline_s=retry.deadline_s,
-            token_source=source,
-            credential_description=credential,
-            **self._options,
+        self._uploader, self.credential_description = start_engine(
+            _gcsio.Uploader,
+            self.endpoint,
+            retry,
+            token_provider,
+            send_token,
+            self._options,
+            scope=READ_WRITE_SCOPE,
         )
-
-    @property
-    def options(self) -> dict:
-        """The tuning options this uploader runs with (bytes, seconds, counts)."""
-        return dict(self._options)
 
     def submit(
         self,
@@ -239,19 +229,6 @@ class Uploader:
     def close(self) -> None:
         """Cancels what is queued or running and stops the thread; later calls raise."""
         self._uploader.close()
-
-    def __enter__(self) -> Uploader:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        opts = ", ".join(f"{k}={v}" for k, v in self._options.items())
-        return (
-            f"Uploader({self.endpoint!r}, {opts}, retry={self.retry}, "
-            f"credential={self.credential_description!r})"
-        )
 
 
 def _as_buffer(data: Any) -> Any:

@@ -118,6 +118,27 @@ def file_checksums(path: str, offset: int = 0, length: int | None = None) -> Che
     )
 
 
+def new_object_resource(
+    make_object_resource, handler, bucket: str, name: str, content_type, metadata, sums: Checksums
+) -> dict:
+    """The object resource (a dict, GCS JSON API fields) of an upload that just made a new
+    generation of gs://bucket/name, for both APIs' upload handlers: the emulator's
+    `make_object_resource` (its self links name the request's Host), with the upload's
+    checksums (`sums`: crc32c, md5Hash, and md5Hash as the etag) and metageneration 1.
+    `metadata`: the custom metadata fields, or None."""
+    obj = make_object_resource(
+        f"http://{handler.headers.get('Host') or '127.0.0.1'}",
+        bucket,
+        name,
+        content_type,
+        str(sums.size),
+        metadata or None,
+    )
+    # A new object's metageneration is 1 (the emulator counts its metadata as a patch).
+    obj.update(crc32c=sums.crc32c, md5Hash=sums.md5, etag=sums.md5, metageneration="1")
+    return obj
+
+
 def copy_range(src: str, dst_fd: int, dst_offset: int, length: int, src_offset: int = 0) -> None:
     """Copies `length` bytes of `src` from `src_offset` to the open file `dst_fd` at
     `dst_offset`, in the kernel (copy_file_range; pread/pwrite where the file system refuses)."""

@@ -56,6 +56,7 @@ from emulator_storage import (
     PreconditionFailed,
     copy_range,
     file_checksums,
+    new_object_resource,
 )
 
 _RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)")
@@ -150,17 +151,9 @@ class JSONUploads:
                     f"Provided {field} {sent!r} doesn't match the received "
                     f"bytes' {have!r} (gs://{bucket}/{name})",
                 )
-        obj = self._make_object(
-            f"http://{handler.headers.get('Host') or '127.0.0.1'}",
-            bucket,
-            name,
-            content_type,
-            str(sums.size),
-            metadata or None,
+        return new_object_resource(
+            self._make_object, handler, bucket, name, content_type, metadata, sums
         )
-        # A new object's metageneration is 1 (the emulator counts its metadata as a patch).
-        obj.update(crc32c=sums.crc32c, md5Hash=sums.md5, etag=sums.md5, metageneration="1")
-        return obj
 
     @staticmethod
     def _name(query: dict, metadata: dict | None) -> str:

@@ -51,6 +51,7 @@ from emulator_storage import (
     PreconditionFailed,
     copy_range,
     file_checksums,
+    new_object_resource,
 )
 
 S3_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
@@ -213,17 +214,9 @@ class XMLUploads:
     # simple upload -----------------------------------------------------------------------------
 
     def _new_object(self, handler, bucket: str, name: str, content_type, meta, sums) -> dict:
-        obj = self._make_object(
-            f"http://{handler.headers.get('Host') or '127.0.0.1'}",
-            bucket,
-            name,
-            content_type,
-            str(sums.size),
-            meta or None,
+        return new_object_resource(
+            self._make_object, handler, bucket, name, content_type, meta, sums
         )
-        # A new object's metageneration is 1 (the emulator counts its metadata as a patch).
-        obj.update(crc32c=sums.crc32c, md5Hash=sums.md5, etag=sums.md5, metageneration="1")
-        return obj
 
     def _object_headers(self, obj: dict, sums: Checksums, etag: str) -> dict[str, str]:
         return {
