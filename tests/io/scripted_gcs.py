@@ -61,6 +61,8 @@ class _Server(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         self.script = script
         self.lock = threading.Lock()
+        self.settled = threading.Condition(self.lock)  # notified when a GET's record is in
+        self.in_flight = 0  # GETs being answered (a record of each comes when it ends)
         self.answered = 0
         self.sent_total = 0
         self.seen: list[Seen] = []
@@ -82,6 +84,7 @@ class _Handler(BaseHTTPRequestHandler):
             if s.switch_after is not None:
                 version = min(self.server.answered // s.switch_after, len(s.versions) - 1)
             self.server.answered += 1
+            self.server.in_flight += 1
         generation = s.first_generation + version
         data = s.versions[version]
         status = None
@@ -90,6 +93,8 @@ class _Handler(BaseHTTPRequestHandler):
         finally:  # also when the client hung up mid-body (the write raised): it was asked
             with self.server.lock:
                 self.server.seen.append(Seen(query, rng, status, generation))
+                self.server.in_flight -= 1
+                self.server.settled.notify_all()
 
     def _answer(self, s: Script, query, rng, data: bytes, generation: int) -> int:
         if s.echo_status is not None:
@@ -157,7 +162,9 @@ class ScriptedGCS:
 
     Attributes:
       endpoint: "http://127.0.0.1:PORT".
-      seen: every GET answered so far (Seen records, in completion order).
+      seen: every GET answered so far (Seen records, in completion order); waits (up to
+        10 s) for GETs still being answered, e.g. a handler still writing to a client that
+        stopped reading, so that a test never reads the list before their records are in.
     """
 
     def __init__(self, script: Script):
@@ -167,7 +174,8 @@ class ScriptedGCS:
 
     @property
     def seen(self) -> list[Seen]:
-        with self._server.lock:
+        with self._server.settled:
+            self._server.settled.wait_for(lambda: self._server.in_flight == 0, timeout=10.0)
             return list(self._server.seen)
 
     def __enter__(self) -> ScriptedGCS:
