@@ -409,8 +409,7 @@ def _upload_ceiling(run: _Run, config: RunConfig, storage: BenchStorage) -> floa
         rounds=config.upload_ceiling_rounds,
         prefix=prefix,
     )
-    for name in storage.client.list(storage.bucket, prefix + "/"):
-        storage.client.delete(storage.bucket, name)
+    delete_prefix(storage.client, storage.bucket, prefix)
     rates = ", ".join(f"{ceiling.bytes_per_round / t / 1e6:.0f}" for t in ceiling.seconds)
     run.say(
         f"Upload ceiling of the endpoint: {ceiling.median_bytes_per_s / 1e6:.1f} MB/s median "
