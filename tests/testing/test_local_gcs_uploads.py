@@ -1,5 +1,6 @@
-"""LocalGCS's JSON API uploads (media, multipart, resumable), as GCS answers them: crc32c and
-md5Hash in every answer and in the metadata, the resumable status query (308 + Range) that a
+"""LocalGCS's JSON API uploads (media, multipart, resumable), as GCS answers them: crc32c in
+every answer, md5Hash in the answer when the request sent an MD5 to check (400 when it does not
+match) and in every metadata GET and listing, the resumable status query (308 + Range) that a
 client resumes from, concurrent uploads and create-if-absent races, and the latency model.
 """
 
@@ -42,15 +43,21 @@ def _data(n: int, seed: int = 1) -> bytes:
     return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
-def _check_object(gcs, name: str, answer: dict, data: bytes) -> None:
+def _check_object(gcs, name: str, answer: dict, data: bytes, md5_sent: bool = False) -> None:
+    """The upload answer has the bytes' crc32c (and md5Hash only when the request sent one to
+    check); the metadata GET and the listing have both."""
     assert int(answer["size"]) == len(data)
-    assert (answer["crc32c"], answer["md5Hash"]) == (crc32c_b64(data), md5_b64(data))
-    blob = gcs.storage_client().bucket(BUCKET).get_blob(name)
+    assert answer["crc32c"] == crc32c_b64(data)
+    assert answer.get("md5Hash") == (md5_b64(data) if md5_sent else None)
+    bucket = gcs.storage_client().bucket(BUCKET)
+    blob = bucket.get_blob(name)
     assert (blob.crc32c, blob.md5_hash, blob.generation) == (
         crc32c_b64(data),
         md5_b64(data),
         int(answer["generation"]),
     )
+    listed = {b.name: (b.md5_hash, b.generation) for b in bucket.list_blobs(prefix=name)}
+    assert listed[name] == (md5_b64(data), int(answer["generation"]))
     assert gcs.get(BUCKET, name) == data
 
 
@@ -114,6 +121,85 @@ def test_multipart_checksum_the_bytes_do_not_match_is_400(gcs, bucket):
     )
     assert status == 400 and "md5Hash" in json.loads(answer)["error"]["message"]
     assert not ObjectStore(gcs.endpoint).exists(BUCKET, "multipart/bad")
+
+
+def _multipart_body(meta: dict, data: bytes) -> bytes:
+    return (
+        b"--B\r\nContent-Type: application/json\r\n\r\n"
+        + json.dumps(meta).encode()
+        + b"\r\n--B\r\nContent-Type: application/octet-stream\r\n\r\n"
+        + data
+        + b"\r\n--B--\r\n"
+    )
+
+
+def test_an_md5_sent_is_checked_and_answered(gcs, bucket):
+    conn = connect(gcs.endpoint)
+    data = _data(1 << 20, 6)
+    multipart = f"/upload/storage/v1/b/{BUCKET}/o?uploadType=multipart"
+    kind = {"Content-Type": "multipart/related; boundary=B"}
+    status, _, body = _request(
+        conn,
+        "POST",
+        multipart,
+        _multipart_body({"name": "md5/multi", "md5Hash": md5_b64(data)}, data),
+        kind,
+    )
+    assert status == 200, body
+    _check_object(gcs, "md5/multi", json.loads(body), data, md5_sent=True)
+
+    path = f"/upload/storage/v1/b/{BUCKET}/o?uploadType=media&name=md5%2Fmedia"
+    good = {"x-goog-hash": f"crc32c={crc32c_b64(data)},md5={md5_b64(data)}"}
+    status, _, body = _request(conn, "POST", path, data, good)
+    assert status == 200, body
+    _check_object(gcs, "md5/media", json.loads(body), data, md5_sent=True)
+    for wrong in (f"md5={md5_b64(b'other')}", f"crc32c={crc32c_b64(b'other')}"):
+        status, _, body = _request(
+            conn, "POST", path.replace("media%2F", "bad%2F"), data, {"x-goog-hash": wrong}
+        )
+        field = "md5Hash" if wrong.startswith("md5") else "crc32c"
+        assert status == 400 and field in json.loads(body)["error"]["message"], wrong
+    assert not ObjectStore(gcs.endpoint).exists(BUCKET, "md5/bad")
+
+    # Resumable: the x-goog-hash on the request that completes it.
+    session = _start(conn, "md5/resumable")
+    last = {"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}", **good}
+    status, _, body = _request(conn, "PUT", session, data, last)
+    assert status == 200, body
+    _check_object(gcs, "md5/resumable", json.loads(body), data, md5_sent=True)
+    session = _start(conn, "md5/resumable-bad")
+    status, _, _ = _request(
+        conn, "PUT", session, data[:QUANTUM], {"Content-Range": f"bytes 0-{QUANTUM - 1}/*"}
+    )
+    assert status == 308
+    last = {
+        "Content-Range": f"bytes {QUANTUM}-{len(data) - 1}/{len(data)}",
+        "x-goog-hash": f"md5={md5_b64(b'other')}",
+    }
+    status, _, body = _request(conn, "PUT", session, data[QUANTUM:], last)
+    assert status == 400 and "md5Hash" in json.loads(body)["error"]["message"]
+    assert not ObjectStore(gcs.endpoint).exists(BUCKET, "md5/resumable-bad")
+    status, _, _ = _request(conn, "PUT", session, b"", {"Content-Range": "bytes */*"})
+    assert status == 404  # the failed check ended the session
+
+
+@pytest.mark.parametrize("checksum", ["auto", "md5", "crc32c", None])
+def test_google_cloud_storage_checksums_and_reload(gcs, bucket, checksum):
+    """google-cloud-storage's own checks pass (checksum="md5" sends an MD5, so the answer has
+    it), and blob.reload() after the upload has the right md5_hash."""
+    small, large = _data(1000, 7), _data(2 * QUANTUM + 3, 8)
+    client_bucket = gcs.storage_client().bucket(BUCKET)
+    for name, data, chunk in (("small", small, None), ("large", large, QUANTUM)):
+        blob = client_bucket.blob(f"reload/{checksum}/{name}", chunk_size=chunk)
+        blob.upload_from_string(data, checksum=checksum)  # multipart; resumable in chunks
+        assert blob.crc32c == crc32c_b64(data)
+        assert blob.md5_hash == (md5_b64(data) if checksum == "md5" else None)
+        blob.reload()
+        assert (blob.size, blob.crc32c, blob.md5_hash) == (
+            len(data),
+            crc32c_b64(data),
+            md5_b64(data),
+        )
 
 
 def test_every_client_round_trips(gcs, bucket):

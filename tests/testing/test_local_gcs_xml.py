@@ -1,11 +1,14 @@
 """LocalGCS speaks the XML API's uploads as GCS does: multipart upload (what
 google-cloud-storage's transfer_manager.upload_chunks_concurrently uses) and simple PUT, with
 the GCS error codes, generations and preconditions; what lands reads back the same through
-every client (RangeReader, ObjectStore, gcsfs, google-cloud-storage).
+every client (RangeReader, ObjectStore, gcsfs, google-cloud-storage). MD5 is computed while
+answering only for a request that sends one (Content-MD5, x-goog-hash: md5=): other part ETags
+are opaque tokens that completion still checks, and the object's md5Hash is computed later.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import re
@@ -53,14 +56,29 @@ def _initiate(conn, name: str, headers=None) -> str:
     return root.find(NS + "UploadId").text
 
 
-def _put_part(conn, name, upload_id, number, data) -> str:
-    status, headers, body = _request(
-        conn, "PUT", _path(name, f"partNumber={number}&uploadId={upload_id}"), data
+def _put_part(conn, name, upload_id, number, data, headers=None) -> str:
+    """Uploads one part; its ETag: the part's MD5 hex when `headers` send an MD5 (as GCS),
+    else the opaque "<crc32c hex>-<size hex>-<number>"."""
+    status, answer, body = _request(
+        conn, "PUT", _path(name, f"partNumber={number}&uploadId={upload_id}"), data, headers
     )
     assert status == 200, body
-    assert headers["etag"] == f'"{hashlib.md5(data).hexdigest()}"'
-    assert headers["x-goog-hash"] == f"crc32c={crc32c_b64(data)},md5={md5_b64(data)}"
-    return headers["etag"]
+    crc = int.from_bytes(base64.b64decode(crc32c_b64(data)), "big")
+    if any(k.lower() == "content-md5" for k in headers or {}):
+        assert answer["etag"] == f'"{hashlib.md5(data).hexdigest()}"'
+        assert answer["x-goog-hash"] == f"crc32c={crc32c_b64(data)},md5={md5_b64(data)}"
+    else:
+        assert answer["etag"] == f'"{crc:08x}-{len(data):x}-{number}"'
+        assert answer["x-goog-hash"] == f"crc32c={crc32c_b64(data)}"
+    return answer["etag"]
+
+
+def _check_md5_in_metadata(gcs, name: str, data: bytes) -> None:
+    """The object's metadata GET and its listing entry carry the MD5 of `data`."""
+    bucket = gcs.storage_client().bucket(BUCKET)
+    assert bucket.get_blob(name).md5_hash == md5_b64(data)
+    listed = {b.name: b.md5_hash for b in bucket.list_blobs(prefix=name)}
+    assert listed[name] == md5_b64(data)
 
 
 def _complete_doc(parts) -> bytes:
@@ -122,12 +140,14 @@ def test_complete_is_one_atomic_new_generation(gcs, bucket):
     assert status == 200, body
     root = ET.fromstring(body)
     assert root.find(NS + "Key").text == name
-    assert root.find(NS + "ETag").text == f'"{hashlib.md5(first + last).hexdigest()}-2"'
+    # The object's ETag is nginx's for that generation's file (its media reads answer the same).
+    etag = f'"{headers["x-goog-generation"]}-{len(first + last):x}"'
+    assert root.find(NS + "ETag").text == etag and headers["etag"] == etag
     assert int(headers["x-goog-generation"]) > before
-    assert (
-        headers["x-goog-hash"] == f"crc32c={crc32c_b64(first + last)},md5={md5_b64(first + last)}"
-    )
+    assert headers["x-goog-hash"] == f"crc32c={crc32c_b64(first + last)}"
     assert gcs.get(bucket, name) == first + last
+    assert fetch(connect(gcs.endpoint), _path(name), method="HEAD")[1]["etag"] == etag
+    _check_md5_in_metadata(gcs, name, first + last)
     blob = gcs.storage_client().bucket(bucket).get_blob(name)
     assert blob.generation == int(headers["x-goog-generation"])
     assert blob.content_type == "application/x-test" and blob.metadata == {"k": "v"}
@@ -232,13 +252,20 @@ def test_simple_put_get_head(gcs, bucket):
         conn, "PUT", _path(name), b"hello", {"x-goog-if-generation-match": "0"}
     )
     assert status == 200, body
-    assert headers["etag"] == f'"{hashlib.md5(b"hello").hexdigest()}"'
     generation = headers["x-goog-generation"]
+    assert headers["etag"] == f'"{generation}-5"' and headers["x-goog-hash"] == (
+        f"crc32c={crc32c_b64(b'hello')}"
+    )
+    _check_md5_in_metadata(gcs, name, b"hello")
     status, _, body = _request(
         conn, "PUT", _path(name), b"again", {"x-goog-if-generation-match": "0"}
     )
     assert (status, _error_code(body)) == (412, "PreconditionFailed")
     status, _, body = _request(conn, "PUT", _path(name), b"bad", {"Content-MD5": md5_b64(b"other")})
+    assert (status, _error_code(body)) == (400, "BadDigest")
+    status, _, body = _request(
+        conn, "PUT", _path(name), b"bad", {"x-goog-hash": f"md5={md5_b64(b'other')}"}
+    )
     assert (status, _error_code(body)) == (400, "BadDigest")
     status, headers, body = fetch(conn, _path(name))
     assert (status, body, headers["x-goog-generation"]) == (200, b"hello", generation)
@@ -256,3 +283,46 @@ def test_simple_put_get_head(gcs, bucket):
     assert gcs.get(bucket, "simple/empty") == b""
     status, _, body = _request(conn, "PUT", f"/no-such-bucket/{name}", b"x")
     assert (status, _error_code(body)) == (404, "NoSuchBucket")
+
+
+def test_put_that_sends_an_md5_has_it_checked_and_answered(gcs, bucket):
+    conn = connect(gcs.endpoint)
+    for name, headers in (
+        ("md5/content-md5", {"Content-MD5": md5_b64(b"checked")}),
+        ("md5/goog-hash", {"x-goog-hash": f"md5={md5_b64(b'checked')}"}),
+    ):
+        status, answer, body = _request(conn, "PUT", _path(name), b"checked", headers)
+        assert status == 200, body
+        assert answer["etag"] == f'"{hashlib.md5(b"checked").hexdigest()}"'
+        assert answer["x-goog-hash"] == f"crc32c={crc32c_b64(b'checked')},md5={md5_b64(b'checked')}"
+        _check_md5_in_metadata(gcs, name, b"checked")
+
+
+def test_parts_with_and_without_md5_complete_and_a_wrong_etag_is_refused(gcs, bucket):
+    conn = connect(gcs.endpoint)
+    name = "md5/parts"
+    first, last = b"f" * PART, b"last part"
+    upload_id = _initiate(conn, name)
+    e1 = _put_part(conn, name, upload_id, 1, first, {"Content-MD5": md5_b64(first)})
+    e2 = _put_part(conn, name, upload_id, 2, last)
+    status, _, body = _request(
+        conn,
+        "PUT",
+        _path(name, f"partNumber=2&uploadId={upload_id}"),
+        last,
+        {"Content-MD5": md5_b64(b"other")},
+    )
+    assert (status, _error_code(body)) == (400, "BadDigest")
+    complete = _path(name, f"uploadId={upload_id}")
+    # The opaque ETag of another part (same size, other number) is not this part's.
+    assert e2.endswith('-2"')
+    wrong = e2[: -len('-2"')] + '-3"'
+    for parts in ([(1, e1), (2, wrong)], [(1, f'"{hashlib.md5(last).hexdigest()}"'), (2, e2)]):
+        status, _, body = _request(conn, "POST", complete, _complete_doc(parts))
+        assert (status, _error_code(body)) == (400, "InvalidPart"), parts
+    status, _, body = _request(conn, "GET", complete)
+    assert status == 200 and f"<ETag>{e2}</ETag>".encode() in body
+    status, _, body = _request(conn, "POST", complete, _complete_doc([(1, e1), (2, e2)]))
+    assert status == 200, body
+    assert gcs.get(bucket, name) == first + last
+    _check_md5_in_metadata(gcs, name, first + last)

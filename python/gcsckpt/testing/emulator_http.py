@@ -85,6 +85,17 @@ def body_file(handler, storage) -> str:
     return path
 
 
+def goog_hashes(headers) -> list[tuple[str, str]]:
+    """[(label, base64 digest)] of the request's `x-goog-hash` headers ("crc32c=..,md5=..";
+    labels as sent, lower case), the digests a client asks the server to check."""
+    hashes = []
+    for item in ",".join(headers.get_all("x-goog-hash") or []).split(","):
+        label, _, value = item.strip().partition("=")
+        if label and value:
+            hashes.append((label.lower(), value))
+    return hashes
+
+
 def read_small_body(handler, storage, limit: int = 16 << 20) -> bytes:
     """The whole request body as bytes (metadata, XML documents); at most `limit` bytes."""
     path = body_file(handler, storage)

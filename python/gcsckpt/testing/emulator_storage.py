@@ -17,7 +17,19 @@ so it runs without gcsckpt on sys.path).
 - Commits by path. `commit_file` takes a finished file on the data disk (an upload body nginx
   wrote, a part concatenation), checks the precondition, numbers it and renames it into place;
   the bytes are never copied through Python. `file_checksums` reads such a file once for its
-  crc32c (google-crc32c) and md5.
+  crc32c (google-crc32c) and, only when asked, its md5.
+- MD5 off the request path. An upload's crc32c is computed while it is answered (every writer
+  checks it against the answer); its MD5 only when the request carries one to check (the
+  upload handlers ask for it then). Otherwise the new generation's `md5Hash` is pending
+  (`LazyMD5`): a worker thread of the emulator at idle scheduling priority (SCHED_IDLE, else
+  nice 19: it runs only on CPU time nothing else wants) hashes it from the generation's link,
+  and any answer that carries md5Hash (metadata GET, listing, copy/rewrite source, PATCH,
+  a delete that keeps a soft-deleted copy) finishes it first at normal priority, taking over
+  the worker's progress (`LazyMD5.finish`: one pass over the bytes in all). A generation that
+  is replaced or deleted while pending is dropped, so no object ever gets another
+  generation's MD5. Why: MD5 runs at ~0.7 GB/s per core (OpenSSL, hashlib), crc32c (SSE4.2)
+  at many GB/s; GCS computes both on its own servers, free to the client, while this
+  endpoint shares its CPUs with the clients it measures. Measured in emulator_main.py.
 - One lock (`storage.lock`) guards the emulator's metadata (its object table and its `.meta`
   file); uploads hash and write outside it and take it only to commit.
 """
@@ -27,7 +39,9 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import logging
 import os
+import queue
 import shutil
 import tempfile
 import threading
@@ -38,9 +52,11 @@ FIRST_GENERATION = 10_000_000
 LAST_GENERATION = 99_999_999
 _HASH_CHUNK_BYTES = 8 << 20
 
-# Hashing uploads is the endpoint's main CPU cost (md5 ~0.7 GB/s per core): at most one hash
-# per CPU runs at a time, so that many uploads in flight do not thrash the cores they share
-# with nginx and the clients.
+_MD5_STEP_BYTES = 1 << 20  # the idle worker's unit of work (~1.5 ms of one core)
+
+# At most one hash per CPU runs at a time in answers, so that many uploads in flight do not
+# thrash the cores they share with nginx and the clients (the idle MD5 worker takes no slot:
+# starved of CPU while holding one, it would hold the answers up).
 HASHING_SLOTS = threading.BoundedSemaphore(os.cpu_count() or 1)
 
 # The query of the request the emulator's own handlers are serving (for their preconditions).
@@ -72,24 +88,38 @@ class Checksums:
     Attributes:
       size: bytes.
       crc32c: base64 of the big-endian CRC32C (as GCS's `crc32c` field).
-      md5: base64 of the MD5 digest (as GCS's `md5Hash` field).
-      md5_hex: the MD5 digest in hex (the XML API's ETag, without quotes).
       crc32c_int: the CRC32C as an unsigned int.
+      md5: base64 of the MD5 digest (as GCS's `md5Hash` field); None when not computed.
+      md5_hex: the MD5 digest in hex (the XML API's ETag, without quotes); None likewise.
     """
 
     size: int
     crc32c: str
-    md5: str
-    md5_hex: str
     crc32c_int: int
+    md5: str | None = None
+    md5_hex: str | None = None
+
+    @classmethod
+    def of(cls, size: int, crc_digest: bytes, md5_digest: bytes | None = None) -> Checksums:
+        """From the 4-byte big-endian CRC32C digest and the 16-byte MD5 digest (or None)."""
+        return cls(
+            size=size,
+            crc32c=base64.b64encode(crc_digest).decode("ascii"),
+            crc32c_int=int.from_bytes(crc_digest, "big"),
+            md5=base64.b64encode(md5_digest).decode("ascii") if md5_digest else None,
+            md5_hex=md5_digest.hex() if md5_digest else None,
+        )
 
 
-def file_checksums(path: str, offset: int = 0, length: int | None = None) -> Checksums:
-    """CRC32C and MD5 of `length` bytes of `path` from `offset` (None: to the end), one read."""
+def file_checksums(
+    path: str, offset: int = 0, length: int | None = None, *, md5: bool = False
+) -> Checksums:
+    """CRC32C (and MD5 when `md5`) of `length` bytes of `path` from `offset` (None: to the
+    end), one read, in one of HASHING_SLOTS."""
     import google_crc32c  # a dependency of google-cloud-storage and of the emulator
 
     crc = google_crc32c.Checksum()
-    md5 = hashlib.md5()
+    md5_hash = hashlib.md5() if md5 else None
     size = 0
     with HASHING_SLOTS, open(path, "rb", buffering=0) as f:
         f.seek(offset)
@@ -101,21 +131,97 @@ def file_checksums(path: str, offset: int = 0, length: int | None = None) -> Che
             if not chunk:
                 break
             crc.update(chunk)
-            md5.update(chunk)
+            if md5_hash is not None:
+                md5_hash.update(chunk)
             size += len(chunk)
             if left is not None:
                 left -= len(chunk)
     if length is not None and size != length:
         raise OSError(f"{path}: {size} bytes from offset {offset}, expected {length}")
-    crc_bytes = crc.digest()
-    digest = md5.digest()
-    return Checksums(
-        size=size,
-        crc32c=base64.b64encode(crc_bytes).decode("ascii"),
-        md5=base64.b64encode(digest).decode("ascii"),
-        md5_hex=digest.hex(),
-        crc32c_int=int.from_bytes(crc_bytes, "big"),
-    )
+    return Checksums.of(size, crc.digest(), md5_hash.digest() if md5_hash else None)
+
+
+def generation_etag(generation: int | str, size: int) -> str:
+    """The etag (unquoted) of an object whose MD5 its upload did not compute: nginx's own ETag
+    of the generation's file (`<mtime hex>-<size hex>`, the mtime's hex digits being the
+    generation's decimal ones), so JSON, XML answers and nginx's media reads agree."""
+    return f"{generation}-{size:x}"
+
+
+class LazyMD5:
+    """The MD5 of one generation's bytes (its link file `path`, never written again), computed
+    once: step by step by the idle worker, or at once by an answer that needs it (`finish`,
+    which takes over the worker's progress). The lock is held only to swap state, never while
+    hashing, so a starved idle worker never holds an answer up.
+    """
+
+    def __init__(self, bucket: str, name: str, generation: int, path: str) -> None:
+        self.bucket, self.name, self.generation, self.path = bucket, name, generation, path
+        self._lock = threading.Lock()
+        self._hasher = hashlib.md5()
+        self._done = 0  # bytes hashed into _hasher
+        self._digest: bytes | None = None
+        self._stopped = False  # taken over by finish(), or the generation is gone
+
+    def stop(self) -> None:
+        """The worker stops at its next step (finish() took over, or the generation is gone)."""
+        with self._lock:
+            self._stopped = True
+
+    def step(self, fd: int) -> bool:
+        """Hashes the next _MD5_STEP_BYTES of the open file `fd`; False once nothing is left
+        to do here (finished, stopped). For the worker."""
+        with self._lock:
+            if self._stopped or self._digest is not None:
+                return False
+            hasher, at = self._hasher.copy(), self._done
+        chunk = os.pread(fd, _MD5_STEP_BYTES, at)
+        hasher.update(chunk)
+        with self._lock:
+            if self._stopped or self._done != at:
+                return False
+            self._hasher, self._done = hasher, at + len(chunk)
+            if not chunk:
+                self._digest = hasher.digest()
+                return False
+        return True
+
+    def digest(self) -> bytes | None:
+        """The MD5 digest once finished, else None."""
+        with self._lock:
+            return self._digest
+
+    def finish(self) -> bytes:
+        """The MD5 digest, hashing what the worker has not yet (in one of HASHING_SLOTS).
+        Callers hold the storage lock, so two finish() never run at once.
+
+        Raises:
+          OSError: the link file is gone (callers finish live generations only).
+        """
+        with self._lock:
+            if self._digest is not None:
+                return self._digest
+            self._stopped = True
+            hasher, at = self._hasher.copy(), self._done
+        with HASHING_SLOTS, open(self.path, "rb", buffering=0) as f:
+            f.seek(at)
+            while chunk := f.read(_HASH_CHUNK_BYTES):
+                hasher.update(chunk)
+        with self._lock:
+            self._digest = hasher.digest()
+            return self._digest
+
+
+def _lower_this_threads_priority() -> None:
+    """SCHED_IDLE for the calling thread (Linux), else nice 19; the process is untouched."""
+    tid = threading.get_native_id()
+    try:
+        os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, 19)
+        except OSError as err:
+            logging.warning("MD5 worker runs at normal priority: %s", err)
 
 
 def new_object_resource(
@@ -124,7 +230,8 @@ def new_object_resource(
     """The object resource (a dict, GCS JSON API fields) of an upload that just made a new
     generation of gs://bucket/name, for both APIs' upload handlers: the emulator's
     `make_object_resource` (its self links name the request's Host), with the upload's
-    checksums (`sums`: crc32c, md5Hash, and md5Hash as the etag) and metageneration 1.
+    checksums (`sums`: crc32c; md5Hash, and md5Hash as the etag, when the upload computed it;
+    else no md5Hash, and commit_file sets generation_etag) and metageneration 1.
     `metadata`: the custom metadata fields, or None."""
     obj = make_object_resource(
         f"http://{handler.headers.get('Host') or '127.0.0.1'}",
@@ -135,7 +242,11 @@ def new_object_resource(
         metadata or None,
     )
     # A new object's metageneration is 1 (the emulator counts its metadata as a patch).
-    obj.update(crc32c=sums.crc32c, md5Hash=sums.md5, etag=sums.md5, metageneration="1")
+    obj.update(crc32c=sums.crc32c, metageneration="1")
+    obj.pop("md5Hash", None)
+    obj.pop("etag", None)
+    if sums.md5 is not None:
+        obj.update(md5Hash=sums.md5, etag=sums.md5)
     return obj
 
 
@@ -172,8 +283,12 @@ def make_storage_class(base, resumable_dir: str):
             os.makedirs(self.uploads_dir, exist_ok=True)
             super().__init__(data_dir=data_dir, **kwargs)
             self._links: dict[tuple[str, str], str] = {}
+            # (bucket, name) -> the live generation's pending MD5 (no md5Hash yet)
+            self._md5_pending: dict[tuple[str, str], LazyMD5] = {}
+            self._md5_queue: queue.SimpleQueue[LazyMD5] = queue.SimpleQueue()
             self._next_generation = FIRST_GENERATION
             self._adopt_existing_objects()
+            threading.Thread(target=self._md5_worker, name="md5-idle", daemon=True).start()
 
         # generations -----------------------------------------------------------------------
 
@@ -216,6 +331,8 @@ def make_storage_class(base, resumable_dir: str):
                     mtime = generation_mtime(generation)
                     os.utime(path, (mtime, mtime))
                     self._link(bucket, name, path, generation)
+                    if not obj.get("md5Hash"):  # pending when the last run ended
+                        self._md5_later(bucket, name, generation)
             if changed:
                 self._write_config_to_file()
 
@@ -228,6 +345,9 @@ def make_storage_class(base, resumable_dir: str):
             self._links[(bucket, name)] = link
 
         def _unlink(self, bucket: str, name: str) -> None:
+            pending = self._md5_pending.pop((bucket, name), None)
+            if pending is not None:
+                pending.stop()  # that generation is gone: its MD5 is never needed
             link = self._links.pop((bucket, name), None)
             if link is not None and os.path.lexists(link):
                 os.unlink(link)
@@ -243,6 +363,61 @@ def make_storage_class(base, resumable_dir: str):
         def object_file(self, bucket: str, name: str) -> str:
             """Where the live version of gs://bucket/name lies on disk."""
             return str(self._store._disk_path(self._object_path(bucket, name)))
+
+        # lazy MD5 -----------------------------------------------------------------------------
+
+        def _md5_later(self, bucket: str, name: str, generation: int) -> None:
+            """The live generation of gs://bucket/name has no md5Hash yet: the idle worker
+            computes it (caller holds the lock, right after linking that generation)."""
+            pending = LazyMD5(bucket, name, generation, self._links[(bucket, name)])
+            self._md5_pending[(bucket, name)] = pending
+            self._md5_queue.put(pending)
+
+        def fill_md5(self, obj: dict | None) -> dict | None:
+            """Gives the object resource `obj` (a live one, from the object table) its
+            md5Hash if it is still pending, computing the rest now; returns `obj`. Caller
+            holds the lock."""
+            if obj is None or obj.get("md5Hash"):
+                return obj
+            key = (obj.get("bucket"), obj.get("name"))
+            pending = self._md5_pending.get(key)
+            if pending is not None and str(pending.generation) == str(obj.get("generation")):
+                obj["md5Hash"] = base64.b64encode(pending.finish()).decode("ascii")
+                del self._md5_pending[key]
+            return obj
+
+        def _md5_worker(self) -> None:
+            """Computes pending MD5s at idle priority, one generation at a time, for ever."""
+            _lower_this_threads_priority()
+            while True:
+                pending = self._md5_queue.get()
+                try:
+                    fd = os.open(pending.path, os.O_RDONLY)
+                except FileNotFoundError:
+                    continue  # replaced or deleted before its turn
+                try:
+                    while pending.step(fd):
+                        pass
+                except OSError as err:
+                    logging.warning("MD5 of %s left to its readers: %s", pending.path, err)
+                finally:
+                    os.close(fd)
+                digest = pending.digest()
+                if digest is None:
+                    continue  # stopped: gone, or an answer finished it
+                with self.lock:
+                    key = (pending.bucket, pending.name)
+                    if self._md5_pending.get(key) is not pending:
+                        continue
+                    obj = self.objects.get(pending.bucket, {}).get(pending.name)
+                    if obj is not None and str(obj.get("generation")) == str(pending.generation):
+                        obj["md5Hash"] = base64.b64encode(digest).decode("ascii")
+                    del self._md5_pending[key]
+
+        def md5_pending(self) -> int:
+            """How many live generations have no md5Hash yet."""
+            with self.lock:
+                return len(self._md5_pending)
 
         # preconditions ---------------------------------------------------------------------
 
@@ -282,10 +457,14 @@ def make_storage_class(base, resumable_dir: str):
 
             `src` must be on the data disk; it is renamed (its name is gone afterwards, whatever
             happens). The precondition is checked and the generation taken under the lock, so
-            of two racing create-if-absent commits exactly one wins.
+            of two racing create-if-absent commits exactly one wins. Without an md5Hash in
+            `file_obj`, the generation's MD5 is left to the idle worker (LazyMD5) and the etag
+            is generation_etag.
 
             Returns:
-              `file_obj` with its generation set.
+              `file_obj` with its generation (and etag) set; the object table keeps a copy
+              of its own, which the MD5 worker fills in later (so the caller may serialize
+              `file_obj` outside the lock).
             Raises:
               BucketNotFound, PreconditionFailed.
             """
@@ -295,6 +474,8 @@ def make_storage_class(base, resumable_dir: str):
                     self.check_precondition(bucket, name, if_generation_match)
                     generation = self._take_generation()
                     self._set_generation(file_obj, generation)
+                    if not file_obj.get("etag"):
+                        file_obj["etag"] = generation_etag(generation, os.path.getsize(src))
                     mtime = generation_mtime(generation)
                     os.utime(src, (mtime, mtime))
                     path = self.object_file(bucket, name)
@@ -302,7 +483,9 @@ def make_storage_class(base, resumable_dir: str):
                     self._unlink(bucket, name)
                     self._link(bucket, name, src, generation)
                     os.replace(src, path)  # readers see the old file or the new one, never a mix
-                    self.objects.setdefault(bucket, {})[name] = file_obj
+                    self.objects.setdefault(bucket, {})[name] = dict(file_obj)
+                    if not file_obj.get("md5Hash"):
+                        self._md5_later(bucket, name, generation)
                     self._write_config_to_file()
                     return file_obj
             finally:
@@ -327,6 +510,21 @@ def make_storage_class(base, resumable_dir: str):
                 self.delete_resumable_file_obj(file_id)
                 self._delete_file(resumable_dir, self.safe_id(file_id))
                 self._write_config_to_file()
+
+        def get_file_obj(self, bucket_name, file_name):
+            return self.fill_md5(super().get_file_obj(bucket_name, file_name))
+
+        def get_file_list(self, bucket_name, *args, **kwargs):
+            objs, prefixes = super().get_file_list(bucket_name, *args, **kwargs)
+            for obj in objs:
+                self.fill_md5(obj)  # soft-deleted ones have theirs (delete_file)
+            return objs, prefixes
+
+        def delete_file(self, bucket_name, file_name):
+            if self._bucket_soft_delete_retention_seconds(bucket_name) > 0:
+                # the soft-deleted copy of the resource outlives the generation's link
+                self.fill_md5(self.objects.get(bucket_name, {}).get(file_name))
+            return super().delete_file(bucket_name, file_name)
 
         def _delete_file(self, bucket_name, file_name):
             self._unlink(bucket_name, file_name)

@@ -4,16 +4,38 @@ Used by emulator_main.py for `POST|PUT|DELETE /upload/storage/v1/b/B/o...`, in p
 emulator's own handlers, which read every body into Python bytes and write it again on the
 emulator's one thread. Here the body is a file nginx already wrote (emulator_http.py): a media
 upload's body is renamed into place; a multipart upload's content part and a resumable chunk
-are copied into place in the kernel (copy_file_range). crc32c and md5 are read from the file
+are copied into place in the kernel (copy_file_range). crc32c is read from the file
 (emulator_storage.file_checksums); resumable sessions hash each chunk as it arrives, so the
-final request costs one chunk. Only the commit (precondition, generation, rename, the
-emulator's object table) is under the storage lock.
+final request costs one chunk. MD5 is computed while answering only when the request carries
+one to check (`md5Hash` in the object metadata, `x-goog-hash: md5=..`); otherwise it is left
+to the emulator's idle MD5 worker (emulator_storage.LazyMD5) and the answer has no `md5Hash`
+(metadata GETs and listings have it, computed by then or on demand). Only the commit
+(precondition, generation, rename, the emulator's object table) is under the storage lock.
+
+What each client of this endpoint checks in an upload answer (read in their upload code), so
+that an answer without md5Hash is enough for all of them as used here:
+
+- gcsckpt's C++ uploader (cc/gcsio/upload_response.cc): `size`, `crc32c`, `generation`.
+- google-cloud-storage 3.x (this venv): checksum="auto" is crc32c when google-crc32c's C
+  extension is installed (it is): multipart puts `crc32c` in the metadata (checked here),
+  resumable sends `x-goog-hash: crc32c=..` with the last chunk (checked here) and compares
+  the final answer's `crc32c`. checksum="md5" puts `md5Hash` in the metadata / sends
+  `x-goog-hash: md5=..` and compares the answer's `md5Hash`: then it is computed inline.
+- google-cloud-storage 2.19.0 (gcs-torch-dataflux's venv): uploads default to checksum=None
+  (nothing checked); gcs-torch-dataflux's own XML multipart upload uses crc32c (below).
+- multi-storage-client 1.3.1's GCS provider: blob.upload_from_string / upload_from_file and
+  transfer_manager.upload_chunks_concurrently with the defaults above (crc32c).
+- gcsfs: its default consistency="none" checks nothing; consistency="size" checks `size`;
+  consistency="md5" reads `md5Hash` from the final answer without sending one, and gets a
+  KeyError from this endpoint (it is not used with this endpoint; GCS itself gives composite
+  objects no md5Hash, where gcsfs fails the same way).
 
 As GCS answers (the parts clients rely on):
 
-- media / multipart: 200 with the object resource (`generation`, `size`, `crc32c`, `md5Hash`
-  as base64 of the big-endian CRC32C and of the MD5); a `crc32c` / `md5Hash` the client put in
-  multipart metadata that does not match the bytes answers 400; `ifGenerationMatch` 412.
+- media / multipart: 200 with the object resource (`generation`, `size`, `crc32c` as base64
+  of the big-endian CRC32C; `md5Hash`, base64 of the MD5, when it was checked); a `crc32c` /
+  `md5Hash` the client put in multipart metadata or in `x-goog-hash` that does not match the
+  bytes answers 400; `ifGenerationMatch` 412.
 - resumable: `POST ?uploadType=resumable` checks `ifGenerationMatch` and answers 200 with the
   session URL in `Location` (`...&upload_id=ID`). `PUT` with `Content-Range: bytes S-E/T|*`
   appends the chunk (a chunk starting before the committed offset has its known prefix skipped,
@@ -22,17 +44,18 @@ As GCS answers (the parts clients rely on):
   are in, commits the object (ifGenerationMatch checked again) and answers 200 with it.
   `PUT` with `Content-Range: bytes */T` or `bytes */*` and no body is the status query: 308 +
   Range, or the object (200) once the upload is complete, also when asked again later (so a
-  client whose final answer was lost learns that it landed). A body without Content-Range is
-  the whole object. `DELETE` on the session URL cancels it (499, as GCS). Unknown sessions 404.
+  client whose final answer was lost learns that it landed). `x-goog-hash` on the request
+  that completes the upload, and `crc32c` / `md5Hash` in the session's metadata, are checked
+  against the whole object (400 on a mismatch; the session is then over, as GCS). A body
+  without Content-Range is the whole object. `DELETE` on the session URL cancels it (499, as
+  GCS). Unknown sessions 404.
 - Upload answers wait out the latency model when one is on (`pace`): first byte `latency_s`
   after the request's first byte, and no faster than `rate_bytes_per_s` for the body.
 """
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -45,6 +68,7 @@ from emulator_http import (
     BadRequestBody,
     Pacing,
     body_file,
+    goog_hashes,
     read_small_body,
     request_started,
     send,
@@ -91,7 +115,6 @@ class _Session:
     if_generation_match: str | None
     path: str
     committed: int = 0
-    md5: object = dataclasses.field(default_factory=hashlib.md5)
     crc: object = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
@@ -141,15 +164,24 @@ class JSONUploads:
 
     # one-request uploads ---------------------------------------------------------------------
 
-    def _new_object(self, handler, bucket, name, content_type, metadata, sums) -> dict:
-        for field, have in (("crc32c", sums.crc32c), ("md5Hash", sums.md5)):
-            sent = (metadata or {}).get(field)
-            if sent and sent != have:
+    @staticmethod
+    def _sent_digests(handler, metadata: dict | None) -> list[tuple[str, str]]:
+        """[(object resource field, base64 digest)] the request asks to be checked: `crc32c`
+        and `md5Hash` in its object metadata, and its `x-goog-hash` labels."""
+        fields = {"crc32c": "crc32c", "md5": "md5Hash"}
+        sent = [(f, (metadata or {}).get(f)) for f in ("crc32c", "md5Hash")]
+        sent += [(fields[label], v) for label, v in goog_hashes(handler.headers) if label in fields]
+        return [(field, value) for field, value in sent if value]
+
+    def _new_object(self, handler, bucket, name, content_type, metadata, sums, sent) -> dict:
+        have = {"crc32c": sums.crc32c, "md5Hash": sums.md5}
+        for field, value in sent:
+            if value != have[field]:
                 raise UploadError(
                     400,
                     "invalid",
-                    f"Provided {field} {sent!r} doesn't match the received "
-                    f"bytes' {have!r} (gs://{bucket}/{name})",
+                    f"Provided {field} {value!r} doesn't match the received "
+                    f"bytes' {have[field]!r} (gs://{bucket}/{name})",
                 )
         return new_object_resource(
             self._make_object, handler, bucket, name, content_type, metadata, sums
@@ -166,9 +198,10 @@ class JSONUploads:
     def _precondition(query: dict) -> str | None:
         return (query.get("ifGenerationMatch") or [None])[0]
 
-    def _commit(self, handler, bucket, name, path, content_type, metadata, query, sums=None):
-        sums = sums or file_checksums(path)
-        obj = self._new_object(handler, bucket, name, content_type, metadata, sums)
+    def _commit(self, handler, bucket, name, path, content_type, metadata, query):
+        sent = self._sent_digests(handler, metadata)
+        sums = file_checksums(path, md5=any(field == "md5Hash" for field, _ in sent))
+        obj = self._new_object(handler, bucket, name, content_type, metadata, sums, sent)
         self._storage.commit_file(bucket, name, path, obj, self._precondition(query))
         return obj, sums.size
 
@@ -333,7 +366,6 @@ class JSONUploads:
                 data = f.read(min(left, sums_chunk))
                 if not data:
                     raise BadRequestBody(f"body file ended {left} bytes early")
-                session.md5.update(data)
                 session.crc.update(data)
                 left -= len(data)
         if session.committed == 0 and offset == 0:
@@ -347,25 +379,24 @@ class JSONUploads:
         session.committed += length
 
     def _finish(self, handler, upload_id: str, session: _Session) -> dict:
-        digest, crc = session.md5.digest(), session.crc.digest()
-        sums = Checksums(
-            size=session.committed,
-            crc32c=base64.b64encode(crc).decode("ascii"),
-            md5=base64.b64encode(digest).decode("ascii"),
-            md5_hex=digest.hex(),
-            crc32c_int=int.from_bytes(crc, "big"),
-        )
         meta = {k: v for k, v in session.metadata.items() if k != "name"}
-        obj = self._new_object(
-            handler, session.bucket, session.name, session.content_type, meta, sums
-        )
+        sent = self._sent_digests(handler, meta)
         try:
+            if any(field == "md5Hash" for field, _ in sent):  # asked for: one more read
+                sums = file_checksums(session.path, md5=True)
+            else:
+                sums = Checksums.of(session.committed, session.crc.digest())
+            obj = self._new_object(
+                handler, session.bucket, session.name, session.content_type, meta, sums, sent
+            )
             self._storage.commit_file(
                 session.bucket, session.name, session.path, obj, session.if_generation_match
             )
         except BaseException:
-            with self._lock:  # the commit consumed the bytes: the session is over (as GCS)
+            with self._lock:  # a failed check or commit ends the session (as GCS)
                 self._sessions.pop(upload_id, None)
+            if os.path.exists(session.path):  # a failed check: the commit did not take it
+                os.unlink(session.path)
             raise
         with self._lock:
             self._sessions.pop(upload_id, None)

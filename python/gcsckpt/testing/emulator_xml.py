@@ -7,17 +7,30 @@ with STORAGE_EMULATOR_HOST); gcp-storage-emulator has none of it. Implemented as
 it (https://cloud.google.com/storage/docs/xml-api/post-object-multipart and its neighbours):
 
 - `PUT /B/O` (no query): the body becomes the object; `x-goog-if-generation-match`,
-  `Content-MD5` / `x-goog-hash` checked; answers ETag `"<md5 hex>"`, `x-goog-generation`,
-  `x-goog-hash: crc32c=..,md5=..`.
+  `Content-MD5` / `x-goog-hash` checked; answers `x-goog-generation`, `x-goog-hash:
+  crc32c=..`, and ETag `"<generation>-<size hex>"` (the ETag nginx answers for reads of that
+  generation). Only a request that sends an MD5 (`Content-MD5`, `x-goog-hash: md5=..`) has it
+  computed while answering (as GCS, ETag `"<md5 hex>"` and `md5=..` in x-goog-hash then);
+  otherwise the object's md5Hash is computed later (emulator_storage.LazyMD5), for its JSON
+  metadata.
 - `POST /B/O?uploads`: InitiateMultipartUploadResult with an UploadId; Content-Type and
   `x-goog-meta-*` are kept for the object; `x-goog-if-generation-match` is checked here and
   again at completion.
 - `PUT /B/O?partNumber=N&uploadId=U` (1 <= N <= 10000; a repeated N replaces the part): answers
-  ETag `"<md5 hex>"` and `x-goog-hash` of the part.
+  ETag and `x-goog-hash: crc32c=..` of the part. GCS's part ETag is the part's MD5; here,
+  unless the request sends an MD5 (then as GCS, `md5=..` in x-goog-hash too), it is the
+  opaque `"<crc32c hex>-<size hex>-<N>"`, not MD5-based. Clients treat it as a token: google-
+  cloud-storage's XMLMPUPart keeps the answer's ETag and XMLMPUContainer sends it back in
+  CompleteMultipartUpload unread (so do multi-storage-client and gcs-torch-dataflux, through
+  them); they check only the x-goog-hash label of their checksum type (crc32c by default;
+  google-cloud-storage 2.19's transfer_manager defaults to md5, which would need md5 here,
+  but its one user, gcs-torch-dataflux, passes crc32c).
 - `GET /B/O?uploadId=U`: ListPartsResult.
 - `POST /B/O?uploadId=U` with CompleteMultipartUpload: the listed parts, concatenated in the
   kernel (copy_file_range), become the object in one commit (a new generation, atomically);
-  the object's crc32c and md5Hash are computed over the whole; `x-goog-if-generation-match`
+  the object's crc32c is computed over the whole, its md5Hash later like any upload's (GCS
+  gives such objects none; here they have one, so that every object's metadata looks alike);
+  the answer's ETag is `"<generation>-<size hex>"`; `x-goog-if-generation-match`
   (header, else the one given at initiation) answers 412. Errors as GCS: NoSuchUpload (404),
   InvalidPart (400: a part not uploaded or its ETag differs), InvalidPartOrder (400: numbers
   not ascending), EntityTooSmall (400: a part but the last under 5 MiB), MalformedXML (400).
@@ -41,6 +54,7 @@ from emulator_http import (
     BadRequestBody,
     Pacing,
     body_file,
+    goog_hashes,
     read_small_body,
     request_started,
     send,
@@ -94,6 +108,7 @@ def _no_such_upload(upload_id: str) -> XMLError:
 class _Part:
     path: str
     sums: Checksums
+    etag: str  # without quotes
 
 
 @dataclasses.dataclass
@@ -108,12 +123,22 @@ class _Session:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
 
-def _etag(sums: Checksums) -> str:
-    return f'"{sums.md5_hex}"'
+def _part_etag(sums: Checksums, number: int) -> str:
+    """A part's ETag (unquoted): its MD5 when computed (as GCS), else an opaque token."""
+    if sums.md5_hex is not None:
+        return sums.md5_hex
+    return f"{sums.crc32c_int:08x}-{sums.size:x}-{number}"
 
 
 def _hash_header(sums: Checksums) -> str:
-    return f"crc32c={sums.crc32c},md5={sums.md5}"
+    return f"crc32c={sums.crc32c}" + (f",md5={sums.md5}" if sums.md5 is not None else "")
+
+
+def _asks_md5(headers) -> bool:
+    """Whether the request sends an MD5 to check (then it is computed while answering)."""
+    return bool(headers.get("Content-MD5")) or any(
+        label == "md5" for label, _ in goog_hashes(headers)
+    )
 
 
 def _object_metadata(headers) -> tuple[str, dict]:
@@ -141,10 +166,9 @@ def _check_digests(headers, sums: Checksums) -> None:
             "The Content-MD5 you specified did not match what we received.",
             f"Content-MD5 {sent_md5}, received bytes have {sums.md5}",
         )
-    for item in ",".join(headers.get_all("x-goog-hash") or []).split(","):
-        label, _, value = item.strip().partition("=")
+    for label, value in goog_hashes(headers):
         have = {"crc32c": sums.crc32c, "md5": sums.md5}.get(label)
-        if have is not None and value and value != have:
+        if have is not None and value != have:
             raise XMLError(
                 400,
                 "BadDigest",
@@ -218,9 +242,10 @@ class XMLUploads:
             self._make_object, handler, bucket, name, content_type, meta, sums
         )
 
-    def _object_headers(self, obj: dict, sums: Checksums, etag: str) -> dict[str, str]:
+    def _object_headers(self, obj: dict, sums: Checksums) -> dict[str, str]:
+        etag = sums.md5_hex if sums.md5_hex is not None else obj["etag"]
         return {
-            "ETag": etag,
+            "ETag": f'"{etag}"',
             "x-goog-generation": obj["generation"],
             "x-goog-metageneration": obj.get("metageneration", "1"),
             "x-goog-hash": _hash_header(sums),
@@ -231,7 +256,7 @@ class XMLUploads:
         self._storage.require_bucket(bucket)
         path = body_file(handler, self._storage)
         try:
-            sums = file_checksums(path)
+            sums = file_checksums(path, md5=_asks_md5(handler.headers))
             _check_digests(handler.headers, sums)
             content_type, meta = _object_metadata(handler.headers)
             obj = self._new_object(handler, bucket, name, content_type, meta, sums)
@@ -240,7 +265,7 @@ class XMLUploads:
         finally:
             if os.path.exists(path):
                 os.unlink(path)
-        self._answer(handler, 200, b"", self._object_headers(obj, sums, _etag(sums)), sums.size)
+        self._answer(handler, 200, b"", self._object_headers(obj, sums), sums.size)
 
     # multipart upload --------------------------------------------------------------------------
 
@@ -284,27 +309,27 @@ class XMLUploads:
         number = int(raw)
         path = body_file(handler, self._storage)
         try:
-            sums = file_checksums(path)
+            sums = file_checksums(path, md5=_asks_md5(handler.headers))
             _check_digests(handler.headers, sums)
+            etag = _part_etag(sums, number)
             with session.lock:
                 if self._sessions.get(upload_id) is not session:
                     raise _no_such_upload(upload_id)
                 dest = os.path.join(session.folder, str(number))
                 os.replace(path, dest)
-                session.parts[number] = _Part(dest, sums)
+                session.parts[number] = _Part(dest, sums, etag)
         finally:
             if os.path.exists(path):
                 os.unlink(path)
-        self._answer(
-            handler, 200, b"", {"ETag": _etag(sums), "x-goog-hash": _hash_header(sums)}, sums.size
-        )
+        headers = {"ETag": f'"{etag}"', "x-goog-hash": _hash_header(sums)}
+        self._answer(handler, 200, b"", headers, sums.size)
 
     def _list_parts(self, handler, bucket, name, upload_id) -> None:
         session = self._session(bucket, name, upload_id)
         with session.lock:
             parts = sorted(session.parts.items())
         items = "".join(
-            f"<Part><PartNumber>{n}</PartNumber><ETag>{escape(_etag(p.sums))}</ETag>"
+            f'<Part><PartNumber>{n}</PartNumber><ETag>"{escape(p.etag)}"</ETag>'
             f"<Size>{p.sums.size}</Size></Part>"
             for n, p in parts
         )
@@ -374,7 +399,7 @@ class XMLUploads:
             chosen = []
             for n, etag in listed:
                 part = session.parts.get(n)
-                if part is None or etag != part.sums.md5_hex:
+                if part is None or etag != part.etag:
                     raise XMLError(
                         400,
                         "InvalidPart",
@@ -385,7 +410,7 @@ class XMLUploads:
                         + (
                             "not uploaded"
                             if part is None
-                            else f"ETag {etag!r}, uploaded {part.sums.md5_hex!r}"
+                            else f"ETag {etag!r}, uploaded {part.etag!r}"
                         ),
                     )
                 chosen.append((n, part))
@@ -415,13 +440,13 @@ class XMLUploads:
                 obj = self._new_object(
                     handler, bucket, name, session.content_type, session.metadata, sums
                 )
-                obj["etag"] = f"{sums.md5_hex}-{len(chosen)}"
                 self._storage.commit_file(bucket, name, whole, obj, wanted)
             finally:
                 if os.path.exists(whole):
                     os.unlink(whole)
             self._drop(upload_id)
-        etag = f'"{sums.md5_hex}-{len(chosen)}"'
+        headers = self._object_headers(obj, sums)
+        etag = headers["ETag"]
         body = (
             '<?xml version="1.0" encoding="UTF-8"?>'
             f'<CompleteMultipartUploadResult xmlns="{S3_NAMESPACE}">'
@@ -430,7 +455,6 @@ class XMLUploads:
             f"<Key>{escape(name)}</Key><ETag>{escape(etag)}</ETag>"
             "</CompleteMultipartUploadResult>"
         ).encode()
-        headers = self._object_headers(obj, sums, etag)
         headers["Content-Type"] = "application/xml"
         self._answer(handler, 200, body, headers)
 
