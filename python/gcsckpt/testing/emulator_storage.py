@@ -273,7 +273,8 @@ def make_storage_class(base, resumable_dir: str):
     """A subclass of the emulator's Storage with generation links, preconditions, path commits."""
 
     class GenerationStorage(base):
-        def __init__(self, *, data_dir: str, **kwargs) -> None:
+        def __init__(self, *, data_dir: str, md5_worker: bool = True, **kwargs) -> None:
+            """`md5_worker`: start the idle MD5 worker (off: md5Hash only on demand)."""
             self.lock = threading.RLock()
             self._gen_root = os.path.join(data_dir, GENERATIONS_DIR)
             self._tmp_dir = os.path.join(self._gen_root, ".tmp")
@@ -288,7 +289,8 @@ def make_storage_class(base, resumable_dir: str):
             self._md5_queue: queue.SimpleQueue[LazyMD5] = queue.SimpleQueue()
             self._next_generation = FIRST_GENERATION
             self._adopt_existing_objects()
-            threading.Thread(target=self._md5_worker, name="md5-idle", daemon=True).start()
+            if md5_worker:
+                threading.Thread(target=self._md5_worker, name="md5-idle", daemon=True).start()
 
         # generations -----------------------------------------------------------------------
 
@@ -390,34 +392,38 @@ def make_storage_class(base, resumable_dir: str):
             """Computes pending MD5s at idle priority, one generation at a time, for ever."""
             _lower_this_threads_priority()
             while True:
-                pending = self._md5_queue.get()
-                try:
-                    fd = os.open(pending.path, os.O_RDONLY)
-                except FileNotFoundError:
-                    continue  # replaced or deleted before its turn
-                try:
-                    while pending.step(fd):
-                        pass
-                except OSError as err:
-                    logging.warning("MD5 of %s left to its readers: %s", pending.path, err)
-                finally:
-                    os.close(fd)
-                digest = pending.digest()
-                if digest is None:
-                    continue  # stopped: gone, or an answer finished it
-                with self.lock:
-                    key = (pending.bucket, pending.name)
-                    if self._md5_pending.get(key) is not pending:
-                        continue
-                    obj = self.objects.get(pending.bucket, {}).get(pending.name)
-                    if obj is not None and str(obj.get("generation")) == str(pending.generation):
-                        obj["md5Hash"] = base64.b64encode(digest).decode("ascii")
-                    del self._md5_pending[key]
+                self.compute_md5(self._md5_queue.get())
 
-        def md5_pending(self) -> int:
-            """How many live generations have no md5Hash yet."""
+        def compute_md5(self, pending: LazyMD5) -> None:
+            """The worker's job for one generation: hashes it step by step (the lock not
+            held), then stores its md5Hash if that generation is still live and pending."""
+            try:
+                fd = os.open(pending.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return  # replaced or deleted before its turn
+            try:
+                while pending.step(fd):
+                    pass
+            except OSError as err:
+                logging.warning("MD5 of %s left to its readers: %s", pending.path, err)
+            finally:
+                os.close(fd)
+            digest = pending.digest()
+            if digest is None:
+                return  # stopped: gone, or an answer finished it
             with self.lock:
-                return len(self._md5_pending)
+                key = (pending.bucket, pending.name)
+                if self._md5_pending.get(key) is not pending:
+                    return
+                obj = self.objects.get(pending.bucket, {}).get(pending.name)
+                if obj is not None and str(obj.get("generation")) == str(pending.generation):
+                    obj["md5Hash"] = base64.b64encode(digest).decode("ascii")
+                del self._md5_pending[key]
+
+        def pending_md5(self, bucket: str, name: str) -> LazyMD5 | None:
+            """The live generation of gs://bucket/name's MD5 while it is pending, else None."""
+            with self.lock:
+                return self._md5_pending.get((bucket, name))
 
         # preconditions ---------------------------------------------------------------------
 

@@ -1,0 +1,171 @@
+"""The emulator's lazy MD5 (emulator_storage.LazyMD5 and the GenerationStorage around it), in
+process, without servers: a pending md5Hash is finished on demand by metadata reads, listings and
+soft deletes; a generation replaced or deleted while pending never lends its MD5 to another; the
+idle worker's progress is taken over, not repeated; the worker fills every object in.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import time
+
+import numpy as np
+import pytest
+from gcp_storage_emulator.storage import RESUMABLE_DIR, Storage
+
+from gcsckpt.testing import emulator_storage
+from gcsckpt.testing.emulator_storage import LazyMD5
+
+BUCKET = "lazy"
+STEP = 1 << 20  # LazyMD5's step
+
+
+def _md5_b64(data: bytes) -> str:
+    return base64.b64encode(hashlib.md5(data).digest()).decode()
+
+
+def _data(n: int, seed: int) -> bytes:
+    return np.random.default_rng(seed).integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def _storage(tmp_path, md5_worker: bool = False, retention_s: int | None = None):
+    storage_class = emulator_storage.make_storage_class(Storage, RESUMABLE_DIR)
+    storage = storage_class(
+        use_memory_fs=False, data_dir=str(tmp_path / "data"), md5_worker=md5_worker
+    )
+    bucket = {"name": BUCKET}
+    if retention_s is not None:
+        bucket["softDeletePolicy"] = {"retentionDurationSeconds": retention_s}
+    storage.create_bucket(BUCKET, bucket)
+    return storage
+
+
+def _commit(storage, name: str, data: bytes) -> dict:
+    """Commits `data` as gs://lazy/name the way the upload handlers do (no md5Hash)."""
+    src = storage.new_temp_path()
+    with open(src, "wb") as f:
+        f.write(data)
+    sums = emulator_storage.file_checksums(src)
+    assert sums.md5 is None and sums.md5_hex is None
+    obj = {"bucket": BUCKET, "name": name, "size": str(len(data)), "crc32c": sums.crc32c}
+    with storage.lock:
+        return storage.commit_file(BUCKET, name, src, obj)
+
+
+def test_lazy_md5_finish_takes_over_the_workers_progress(tmp_path):
+    data = _data(3 * STEP + 12345, 1)
+    path = tmp_path / "object"
+    path.write_bytes(data)
+    pending = LazyMD5(BUCKET, "object", 10_000_000, str(path))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert pending.step(fd) and pending.step(fd)  # the worker got 2 MiB in
+        assert pending.digest() is None
+        assert pending.finish() == hashlib.md5(data).digest()
+        assert not pending.step(fd)  # stopped: nothing is hashed twice
+    finally:
+        os.close(fd)
+    assert pending.digest() == hashlib.md5(data).digest()
+
+    empty = tmp_path / "empty"
+    empty.write_bytes(b"")
+    pending = LazyMD5(BUCKET, "empty", 10_000_001, str(empty))
+    fd = os.open(empty, os.O_RDONLY)
+    try:
+        assert not pending.step(fd)  # finished at once
+    finally:
+        os.close(fd)
+    assert pending.digest() == hashlib.md5(b"").digest()
+
+
+def test_answers_finish_a_pending_md5(tmp_path):
+    storage = _storage(tmp_path)
+    data = _data(STEP + 7, 2)
+    answer = _commit(storage, "a", data)
+    assert "md5Hash" not in answer and answer["etag"] == f"{answer['generation']}-{len(data):x}"
+    assert "md5Hash" not in storage.objects[BUCKET]["a"]
+    assert storage.pending_md5(BUCKET, "a") is not None
+    with storage.lock:
+        assert storage.get_file_obj(BUCKET, "a")["md5Hash"] == _md5_b64(data)
+    assert storage.pending_md5(BUCKET, "a") is None
+    assert "md5Hash" not in answer  # the upload's own answer is not changed afterwards
+
+    _commit(storage, "b", b"listed")
+    with storage.lock:
+        objs, _ = storage.get_file_list(BUCKET, prefix="b")
+    assert [(o["name"], o["md5Hash"]) for o in objs] == [("b", _md5_b64(b"listed"))]
+
+
+def test_overwrite_while_pending_gives_the_live_generations_md5(tmp_path):
+    storage = _storage(tmp_path)
+    old = _commit(storage, "o", b"old bytes")
+    stale = storage.pending_md5(BUCKET, "o")
+    new = _commit(storage, "o", b"new bytes")
+    assert int(new["generation"]) > int(old["generation"])
+    # The worker's job for the replaced generation stores nothing (its link is gone).
+    storage.compute_md5(stale)
+    assert "md5Hash" not in storage.objects[BUCKET]["o"]
+    with storage.lock:
+        obj = storage.get_file_obj(BUCKET, "o")
+    assert (obj["generation"], obj["md5Hash"]) == (new["generation"], _md5_b64(b"new bytes"))
+
+
+def test_worker_done_for_a_replaced_generation_is_dropped(tmp_path):
+    storage = _storage(tmp_path)
+    _commit(storage, "r", b"first")
+    stale = storage.pending_md5(BUCKET, "r")
+    fd = os.open(stale.path, os.O_RDONLY)  # the worker opened it before the overwrite
+    try:
+        _commit(storage, "r", b"second")
+        assert not stale.step(fd)  # the overwrite stopped it
+    finally:
+        os.close(fd)
+    assert stale.digest() is None
+    storage.compute_md5(storage.pending_md5(BUCKET, "r"))
+    assert storage.objects[BUCKET]["r"]["md5Hash"] == _md5_b64(b"second")
+    assert storage.pending_md5(BUCKET, "r") is None
+
+
+@pytest.mark.parametrize("retention_s", [None, 0], ids=["soft-delete", "hard-delete"])
+def test_delete_while_pending(tmp_path, retention_s):
+    storage = _storage(tmp_path, retention_s=retention_s)
+    gone = _commit(storage, "d", b"deleted")
+    stale = storage.pending_md5(BUCKET, "d")
+    with storage.lock:
+        storage.delete_file(BUCKET, "d")
+    assert storage.pending_md5(BUCKET, "d") is None
+    storage.compute_md5(stale)  # the worker's turn comes after the delete: no crash
+    if retention_s is None:  # the soft-deleted copy keeps the MD5 of its bytes
+        with storage.lock:
+            soft = storage.get_soft_deleted_file_obj(BUCKET, "d", gone["generation"])
+        assert soft["md5Hash"] == _md5_b64(b"deleted")
+    again = _commit(storage, "d", b"recreated")
+    with storage.lock:
+        obj = storage.get_file_obj(BUCKET, "d")
+    assert (obj["generation"], obj["md5Hash"]) == (again["generation"], _md5_b64(b"recreated"))
+
+
+def test_the_idle_worker_fills_every_object_in(tmp_path):
+    storage = _storage(tmp_path, md5_worker=True)
+    datas = {f"w/{i}": _data(STEP // 2 + i, 10 + i) for i in range(6)}
+    for name, data in datas.items():
+        _commit(storage, name, data)
+    deadline = time.monotonic() + 120  # a guard against a hang, not a speed check
+    while any(storage.pending_md5(BUCKET, n) for n in datas) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert {n: storage.objects[BUCKET][n].get("md5Hash") for n in datas} == {
+        n: _md5_b64(d) for n, d in datas.items()
+    }
+
+
+def test_a_reused_data_dir_queues_what_was_pending(tmp_path):
+    storage = _storage(tmp_path)
+    _commit(storage, "kept", b"from the last run")
+    assert "md5Hash" not in storage.objects[BUCKET]["kept"]
+    storage_class = emulator_storage.make_storage_class(Storage, RESUMABLE_DIR)
+    reopened = storage_class(use_memory_fs=False, data_dir=str(tmp_path / "data"), md5_worker=False)
+    assert reopened.pending_md5(BUCKET, "kept") is not None
+    with reopened.lock:
+        assert reopened.get_file_obj(BUCKET, "kept")["md5Hash"] == _md5_b64(b"from the last run")
