@@ -25,23 +25,40 @@ it (the pinned gcp-storage-emulator lacks all of it):
 - Uploads off the single Python thread (emulator_uploads.py, emulator_http.py): nginx writes
   every upload body to a file on the data disk and sends only its path (nginx_config.py); the
   JSON media, multipart and resumable uploads and the XML ones are handled here, not by the
-  emulator's handlers (which read a body into Python bytes, copy it, hash it and write it
-  again, all on one thread): a media body is renamed into place, multipart content and
-  resumable chunks are copied in the kernel, crc32c (google-crc32c) and md5 are read from the
-  file, at most one hash per CPU at a time. The server is threaded (ThreadingHTTPServer); one
-  lock (`storage.lock`) guards the emulator's metadata: every request the emulator's own
-  handlers serve runs under it, uploads take it only to commit (precondition, generation,
-  rename). Chosen by measurement (`measure_upload_ceiling`, 16 parallel 64 MiB media uploads
-  per round, the variants' rounds interleaved in one run, 2 cores shared with other jobs):
-  at load average 8-9, median of 5 rounds: the emulator as it was 110 MB/s; nginx body
-  files with the emulator serial 251 MB/s (x2.3); a threaded emulator with bodies proxied
-  through a socket 145 MB/s (x1.3); both 244 MB/s (x2.2); then, with one hash per CPU, at
-  load 5-9: as it was 134 MB/s, serial with body files 319 MB/s (x2.4), both 402 MB/s (x3.0,
-  best round 731 MB/s). CPU per 2 GiB uploaded: before 7.9 s Python + 4.2 s nginx, after
-  4.1 s + 1.2 s, of which md5 (~0.7 GB/s per core, required: GCS reports md5Hash) is ~2.9 s;
-  so the ceiling is the CPUs' md5 rate and grows with cores, where it was one Python thread.
-  fake-gcs-server (Go) was not measured: it is not in the lock, lacks XML multipart uploads
-  and ignores ifGenerationMatch on uploads, so it would need this fronting anyway.
+  emulator's handlers (which read a body into Python bytes, copy it, hash it and write it again,
+  all on one thread): a media body is renamed into place, multipart content and resumable chunks
+  are copied in the kernel, crc32c (google-crc32c) is read from the file, at most one hash per
+  CPU at a time (MD5: next item). The server is threaded (ThreadingHTTPServer); one lock
+  (`storage.lock`) guards the emulator's metadata: every request the emulator's own handlers
+  serve runs under it, uploads take it only to commit (precondition, generation, rename). Chosen
+  by measurement (`measure_upload_ceiling`, 16 parallel 64 MiB media uploads per round, the
+  variants' rounds interleaved in one run, 2 cores shared with other jobs): at load average 8-9,
+  median of 5 rounds: the emulator as it was 110 MB/s; nginx body files with the emulator serial
+  251 MB/s (x2.3); a threaded emulator with bodies proxied through a socket 145 MB/s (x1.3);
+  both 244 MB/s (x2.2); then, with one hash per CPU, at load 5-9: as it was 134 MB/s, serial
+  with body files 319 MB/s (x2.4), both 402 MB/s (x3.0, best round 731 MB/s). CPU per 2 GiB
+  uploaded: before 7.9 s Python + 4.2 s nginx, after 4.1 s + 1.2 s, of which md5 (~0.7 GB/s per
+  core) was ~2.9 s; so the ceiling became the CPUs' md5 rate, where it was one Python thread
+  (next item takes md5 off). fake-gcs-server (Go) was not measured: it is not in the lock, lacks
+  XML multipart uploads and ignores ifGenerationMatch on uploads, so it would need this fronting
+  anyway.
+- MD5 off the upload path (emulator_storage.LazyMD5; what each client checks in an upload
+  answer is in emulator_uploads.py and emulator_xml.py): an upload answer carries crc32c and
+  has md5Hash only when the request sent an MD5 to check; otherwise a worker thread at idle
+  scheduling priority computes it when the CPUs have nothing else to do, and any answer that
+  carries md5Hash (metadata GET, listing, ...) finishes it on demand. Why: this endpoint
+  shares its CPUs with the ranks whose save it measures; a system-wide `perf record` of one
+  8-rank 990 MB DCP save on 2 cores had the emulator at 2.3-3.0 core-s per save, ~1.3 of them
+  MD5 (libcrypto), i.e. 10-14% of the machine, while GCS computes MD5 on its own servers.
+  Measured (`tools/bazel run --config=ci //bench:upload_ceiling -- --endpoint=E --bucket=B
+  --rounds=5` against a LocalGCS started around it, 16 parallel 64 MiB media uploads per
+  round, 5.4 GB timed; nginx's and emulator_main's CPU seconds read with psutil before and
+  after; old and new endpoint interleaved, 3 runs each, 2 cores, load average 1.3-2.9):
+  median 552-718 MB/s before, 879-1246 MB/s after (x1.6-2.2); emulator CPU per GB uploaded
+  while the benchmark ran 1.77-1.82 s before, 0.64-0.69 s after; nginx 0.45-0.52 s per GB in
+  both. Once the idle worker had drained, the emulator's total was 0.91-0.97 s per GB: the
+  worker hashes only generations still live at its turn (each round here replaced the last
+  one's objects, so 1.07 of the 5.4 GB were hashed).
 - The latency model on uploads (`--upload-latency-ms`, `--upload-rate`, from LocalGCS's
   latency_ms / stream_mbps): every upload answer is held until `latency` after the request's
   first byte (nginx's `$request_time`) plus body bytes / rate; nginx cannot pace request
