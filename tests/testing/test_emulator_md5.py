@@ -1,7 +1,8 @@
 """The emulator's lazy MD5 (emulator_storage.LazyMD5 and the GenerationStorage around it), in
 process, without servers: a pending md5Hash is finished on demand by metadata reads, listings and
-soft deletes; a generation replaced or deleted while pending never lends its MD5 to another; the
-idle worker's progress is taken over, not repeated; the worker fills every object in.
+soft-deleted copies, unless the request's `fields` leave md5Hash out; a generation replaced or
+deleted while pending never lends its MD5 to another; the idle worker's progress is taken over,
+not repeated; the worker fills every object in.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from gcp_storage_emulator.storage import RESUMABLE_DIR, Storage
 
 from gcsckpt.testing import emulator_storage
-from gcsckpt.testing.emulator_storage import LazyMD5
+from gcsckpt.testing.emulator_storage import REQUEST, LazyMD5
 
 BUCKET = "lazy"
 STEP = 1 << 20  # LazyMD5's step
@@ -98,6 +99,32 @@ def test_answers_finish_a_pending_md5(tmp_path):
     assert [(o["name"], o["md5Hash"]) for o in objs] == [("b", _md5_b64(b"listed"))]
 
 
+@pytest.mark.parametrize(
+    "fields, selected",
+    [
+        (None, True),
+        ("items(name,size,generation),prefixes,nextPageToken", False),  # ObjectStore's listing
+        ("items(name,md5Hash)", True),
+        ("items,nextPageToken", True),
+        ("name,generation", False),
+        ("*", True),
+    ],
+)
+def test_a_fields_selector_without_md5hash_computes_none(tmp_path, fields, selected):
+    storage = _storage(tmp_path)
+    _commit(storage, "f", b"fields")
+    REQUEST.query = {"fields": [fields]} if fields else {}
+    try:
+        with storage.lock:
+            listed, _ = storage.get_file_list(BUCKET)
+            obj = storage.get_file_obj(BUCKET, "f")
+    finally:
+        REQUEST.query = {}
+    assert listed == [obj]
+    assert obj.get("md5Hash") == (_md5_b64(b"fields") if selected else None)
+    assert (storage.pending_md5(BUCKET, "f") is None) == selected
+
+
 def test_overwrite_while_pending_gives_the_live_generations_md5(tmp_path):
     storage = _storage(tmp_path)
     old = _commit(storage, "o", b"old bytes")
@@ -137,10 +164,12 @@ def test_delete_while_pending(tmp_path, retention_s):
         storage.delete_file(BUCKET, "d")
     assert storage.pending_md5(BUCKET, "d") is None
     storage.compute_md5(stale)  # the worker's turn comes after the delete: no crash
-    if retention_s is None:  # the soft-deleted copy keeps the MD5 of its bytes
+    if retention_s is None:  # the soft-deleted copy gets the MD5 of its bytes when asked
+        assert "md5Hash" not in storage.soft_deleted[BUCKET]["d"][gone["generation"]]
         with storage.lock:
+            listed, _ = storage.get_file_list(BUCKET, soft_deleted=True)
             soft = storage.get_soft_deleted_file_obj(BUCKET, "d", gone["generation"])
-        assert soft["md5Hash"] == _md5_b64(b"deleted")
+        assert listed == [soft] and soft["md5Hash"] == _md5_b64(b"deleted")
     again = _commit(storage, "d", b"recreated")
     with storage.lock:
         obj = storage.get_file_obj(BUCKET, "d")
