@@ -373,3 +373,24 @@ def test_latency_model_holds_upload_answers():
         status, _, body = _media(conn, "paced/large", data)
         assert status == 200 and time.monotonic() - start >= 0.3 + len(data) / 10e6
         assert json.loads(body)["crc32c"] == crc32c_b64(data)
+
+
+def test_md5_in_upload_answers_for_clients_that_read_it(gcs, bucket):
+    """gcsfs with consistency="md5" reads md5Hash from the upload answer without sending an
+    MD5: by default the answer has none (KeyError in gcsfs); md5_in_upload_answers=True
+    computes every upload's MD5 inline, and then gcsfs's check passes."""
+    small, large = _data(1000, 20), _data(6 << 20, 21)
+    with pytest.raises(KeyError, match="md5Hash"):
+        gcs.gcsfs(consistency="md5").pipe_file(f"{BUCKET}/inline/default", small)
+    with LocalGCS(md5_in_upload_answers=True) as inline:
+        inline.create_bucket(BUCKET)
+        status, _, body = _media(connect(inline.endpoint), "inline/media", small)
+        assert status == 200, body
+        _check_object(inline, "inline/media", json.loads(body), small, md5_sent=True)
+        fs = inline.gcsfs(consistency="md5")
+        fs.pipe_file(f"{BUCKET}/inline/gcsfs-small", small)  # multipart
+        with fs.open(f"{BUCKET}/inline/gcsfs-large", "wb", block_size=5 << 20) as f:
+            f.write(large)  # resumable
+        for name, data in (("inline/gcsfs-small", small), ("inline/gcsfs-large", large)):
+            assert fs.info(f"{BUCKET}/{name}")["md5Hash"] == md5_b64(data)
+            assert fs.cat_file(f"{BUCKET}/{name}") == data

@@ -20,6 +20,7 @@ import pytest
 from http_util import connect, crc32c_b64, fetch, md5_b64
 
 from gcsckpt.io import ObjectStore, RangeReader, RangeRequest
+from gcsckpt.testing import LocalGCS
 
 BUCKET = "xmlapi"
 PART = 5 << 20  # the smallest part GCS takes (but the last)
@@ -326,3 +327,23 @@ def test_parts_with_and_without_md5_complete_and_a_wrong_etag_is_refused(gcs, bu
     assert status == 200, body
     assert gcs.get(bucket, name) == first + last
     _check_md5_in_metadata(gcs, name, first + last)
+
+
+def test_md5_in_upload_answers_gives_gcs_etags():
+    with LocalGCS(md5_in_upload_answers=True) as inline:
+        inline.create_bucket(BUCKET)
+        conn = connect(inline.endpoint)
+        status, headers, body = _request(conn, "PUT", _path("inline/put"), b"put")
+        assert status == 200, body
+        assert headers["etag"] == f'"{hashlib.md5(b"put").hexdigest()}"'
+        assert headers["x-goog-hash"] == f"crc32c={crc32c_b64(b'put')},md5={md5_b64(b'put')}"
+        upload_id = _initiate(conn, "inline/mpu")
+        path = _path("inline/mpu", f"partNumber=1&uploadId={upload_id}")
+        status, headers, body = _request(conn, "PUT", path, b"part")
+        assert status == 200 and headers["etag"] == f'"{hashlib.md5(b"part").hexdigest()}"'
+        complete = _complete_doc([(1, headers["etag"])])
+        status, headers, body = _request(
+            conn, "POST", _path("inline/mpu", f"uploadId={upload_id}"), complete
+        )
+        assert status == 200, body
+        assert headers["x-goog-hash"] == f"crc32c={crc32c_b64(b'part')},md5={md5_b64(b'part')}"

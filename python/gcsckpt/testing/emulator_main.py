@@ -210,6 +210,11 @@ def main(argv: list[str]) -> int:
         "--upload-rate", type=float, default=0.0, help="per-upload bytes/s cap (0: none)"
     )
     parser.add_argument(
+        "--md5-in-upload-answers",
+        action="store_true",
+        help="compute every upload's MD5 while answering it (default: only when one is sent)",
+    )
+    parser.add_argument(
         "--serial",
         action="store_true",
         help="one request at a time (the emulator's own server; kept to measure against)",
@@ -234,8 +239,9 @@ def main(argv: list[str]) -> int:
     storage = storage_class(use_memory_fs=False, data_dir=args.data_dir)
     pacing = Pacing(args.upload_latency_ms / 1000.0, args.upload_rate)
     make_object = objects_handlers._make_object_resource
-    json_uploads = JSONUploads(storage, make_object, pacing)
-    xml_uploads = XMLUploads(storage, make_object, pacing)
+    inline_md5 = args.md5_in_upload_answers
+    json_uploads = JSONUploads(storage, make_object, pacing, inline_md5=inline_md5)
+    xml_uploads = XMLUploads(storage, make_object, pacing, inline_md5=inline_md5)
     handler = _make_handler_class(emulator_server.RequestHandler, json_uploads, xml_uploads)
     server_class = _BackloggedHTTPServer if args.serial else _ThreadedHTTPServer
     try:

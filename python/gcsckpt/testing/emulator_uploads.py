@@ -27,8 +27,9 @@ that an answer without md5Hash is enough for all of them as used here:
   transfer_manager.upload_chunks_concurrently with the defaults above (crc32c).
 - gcsfs: its default consistency="none" checks nothing; consistency="size" checks `size`;
   consistency="md5" reads `md5Hash` from the final answer without sending one, and gets a
-  KeyError from this endpoint (it is not used with this endpoint; GCS itself gives composite
-  objects no md5Hash, where gcsfs fails the same way).
+  KeyError from this endpoint by default (nothing here uses it; GCS gives composite objects
+  no md5Hash, where gcsfs fails the same way): LocalGCS(md5_in_upload_answers=True) computes
+  every upload's MD5 inline for such clients.
 
 As GCS answers (the parts clients rely on):
 
@@ -122,8 +123,13 @@ class _Session:
 class JSONUploads:
     """The JSON API upload handlers over one GenerationStorage (emulator_storage.py)."""
 
-    def __init__(self, storage, make_object_resource, pacing: Pacing | None = None) -> None:
+    def __init__(
+        self, storage, make_object_resource, pacing: Pacing | None = None, inline_md5=False
+    ) -> None:
+        """`inline_md5`: every upload's MD5 is computed while answering (LocalGCS's
+        md5_in_upload_answers), not only that of a request sending one."""
         self._storage = storage
+        self._inline_md5 = inline_md5
         self._make_object = make_object_resource  # the emulator's own object resource builder
         self._pacing = pacing or Pacing()
         self._sessions: dict[str, _Session] = {}
@@ -173,6 +179,9 @@ class JSONUploads:
         sent += [(fields[label], v) for label, v in goog_hashes(handler.headers) if label in fields]
         return [(field, value) for field, value in sent if value]
 
+    def _md5_now(self, sent: list[tuple[str, str]]) -> bool:
+        return self._inline_md5 or any(field == "md5Hash" for field, _ in sent)
+
     def _new_object(self, handler, bucket, name, content_type, metadata, sums, sent) -> dict:
         have = {"crc32c": sums.crc32c, "md5Hash": sums.md5}
         for field, value in sent:
@@ -200,7 +209,7 @@ class JSONUploads:
 
     def _commit(self, handler, bucket, name, path, content_type, metadata, query):
         sent = self._sent_digests(handler, metadata)
-        sums = file_checksums(path, md5=any(field == "md5Hash" for field, _ in sent))
+        sums = file_checksums(path, md5=self._md5_now(sent))
         obj = self._new_object(handler, bucket, name, content_type, metadata, sums, sent)
         self._storage.commit_file(bucket, name, path, obj, self._precondition(query))
         return obj, sums.size
@@ -382,7 +391,7 @@ class JSONUploads:
         meta = {k: v for k, v in session.metadata.items() if k != "name"}
         sent = self._sent_digests(handler, meta)
         try:
-            if any(field == "md5Hash" for field, _ in sent):  # asked for: one more read
+            if self._md5_now(sent):  # one more read of the whole object
                 sums = file_checksums(session.path, md5=True)
             else:
                 sums = Checksums.of(session.committed, session.crc.digest())

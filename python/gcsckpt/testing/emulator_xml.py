@@ -23,8 +23,9 @@ it (https://cloud.google.com/storage/docs/xml-api/post-object-multipart and its 
   cloud-storage's XMLMPUPart keeps the answer's ETag and XMLMPUContainer sends it back in
   CompleteMultipartUpload unread (so do multi-storage-client and gcs-torch-dataflux, through
   them); they check only the x-goog-hash label of their checksum type (crc32c by default;
-  google-cloud-storage 2.19's transfer_manager defaults to md5, which would need md5 here,
-  but its one user, gcs-torch-dataflux, passes crc32c).
+  google-cloud-storage 2.19's transfer_manager defaults to md5, which needs md5 here,
+  LocalGCS(md5_in_upload_answers=True); its one user here, gcs-torch-dataflux, passes
+  crc32c).
 - `GET /B/O?uploadId=U`: ListPartsResult.
 - `POST /B/O?uploadId=U` with CompleteMultipartUpload: the listed parts, concatenated in the
   kernel (copy_file_range), become the object in one commit (a new generation, atomically);
@@ -180,8 +181,13 @@ def _check_digests(headers, sums: Checksums) -> None:
 class XMLUploads:
     """The XML API upload handlers over one GenerationStorage (emulator_storage.py)."""
 
-    def __init__(self, storage, make_object_resource, pacing: Pacing | None = None) -> None:
+    def __init__(
+        self, storage, make_object_resource, pacing: Pacing | None = None, inline_md5=False
+    ) -> None:
+        """`inline_md5`: every upload's MD5 is computed while answering (LocalGCS's
+        md5_in_upload_answers): ETags and x-goog-hash as GCS's."""
         self._storage = storage
+        self._inline_md5 = inline_md5
         self._pacing = pacing or Pacing()
         self._make_object = make_object_resource  # the emulator's own object resource builder
         self._sessions: dict[str, _Session] = {}
@@ -256,7 +262,7 @@ class XMLUploads:
         self._storage.require_bucket(bucket)
         path = body_file(handler, self._storage)
         try:
-            sums = file_checksums(path, md5=_asks_md5(handler.headers))
+            sums = file_checksums(path, md5=self._inline_md5 or _asks_md5(handler.headers))
             _check_digests(handler.headers, sums)
             content_type, meta = _object_metadata(handler.headers)
             obj = self._new_object(handler, bucket, name, content_type, meta, sums)
@@ -309,7 +315,7 @@ class XMLUploads:
         number = int(raw)
         path = body_file(handler, self._storage)
         try:
-            sums = file_checksums(path, md5=_asks_md5(handler.headers))
+            sums = file_checksums(path, md5=self._inline_md5 or _asks_md5(handler.headers))
             _check_digests(handler.headers, sums)
             etag = _part_etag(sums, number)
             with session.lock:
@@ -436,7 +442,7 @@ class XMLUploads:
                         at += part.sums.size
                 finally:
                     os.close(fd)
-                sums = file_checksums(whole)
+                sums = file_checksums(whole, md5=self._inline_md5)
                 obj = self._new_object(
                     handler, bucket, name, session.content_type, session.metadata, sums
                 )

@@ -73,6 +73,12 @@ class LocalGCS:
       nginx_workers: nginx worker processes; None: min(CPU count, 8).
       port / emulator_port: fixed ports; None: free ones picked at start.
       start_timeout_s: how long each program may take to answer, seconds.
+      md5_in_upload_answers: compute every upload's MD5 while answering it, so that upload
+        answers always carry md5Hash (and XML ETags are MD5s), as GCS's do; for clients that
+        read md5Hash from an upload answer without sending one (gcsfs with consistency="md5",
+        google-cloud-storage 2.x's transfer_manager with its default checksum="md5"). Off:
+        only requests that send an MD5 have it computed inline, the others' later at idle
+        priority (emulator_storage.py says why).
 
     Raises (at start / __enter__):
       LocalGCSError: nginx, its echo module (when latency_ms > 0) or the emulator is missing,
@@ -95,6 +101,7 @@ class LocalGCS:
         port: int | None = None,
         emulator_port: int | None = None,
         start_timeout_s: float = 30.0,
+        md5_in_upload_answers: bool = False,
     ) -> None:
         if latency_ms < 0:
             raise ValueError(f"latency_ms must be >= 0, got {latency_ms}")
@@ -108,6 +115,7 @@ class LocalGCS:
         self._port_arg = port
         self._emulator_port_arg = emulator_port
         self._start_timeout_s = start_timeout_s
+        self._md5_in_upload_answers = md5_in_upload_answers
         self._procs: list[ManagedProcess] = []
         self._cleanup_dirs: list[str] = []
         self._finalizer: weakref.finalize | None = None
@@ -181,7 +189,7 @@ class LocalGCS:
                 str(self.latency_ms),
                 "--upload-rate",
                 str(self.stream_mbps * 1e6 if self.stream_mbps else 0),
-            ]
+            ] + (["--md5-in-upload-answers"] if self._md5_in_upload_answers else [])
             proc = ManagedProcess("gcp-storage-emulator", argv, log)
             self._procs.append(proc)
             if wait_until_ready(LOOPBACK, port, b"OK", self._start_timeout_s, proc.alive):
