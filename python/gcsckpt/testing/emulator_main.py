@@ -42,23 +42,24 @@ it (the pinned gcp-storage-emulator lacks all of it):
   (next item takes md5 off). fake-gcs-server (Go) was not measured: it is not in the lock, lacks
   XML multipart uploads and ignores ifGenerationMatch on uploads, so it would need this fronting
   anyway.
-- MD5 off the upload path (emulator_storage.LazyMD5; what each client checks in an upload
-  answer is in emulator_uploads.py and emulator_xml.py): an upload answer carries crc32c and
-  has md5Hash only when the request sent an MD5 to check; otherwise a worker thread at idle
+- MD5 off the upload path (emulator_storage.LazyMD5; what each client checks in an upload answer
+  is in emulator_uploads.py and emulator_xml.py): an upload answer carries crc32c and has
+  md5Hash only when the request sent an MD5 to check; otherwise a worker thread at idle
   scheduling priority computes it when the CPUs have nothing else to do, and any answer that
-  carries md5Hash (metadata GET, listing, ...) finishes it on demand. Why: this endpoint
-  shares its CPUs with the ranks whose save it measures; a system-wide `perf record` of one
-  8-rank 990 MB DCP save on 2 cores had the emulator at 2.3-3.0 core-s per save, ~1.3 of them
-  MD5 (libcrypto), i.e. 10-14% of the machine, while GCS computes MD5 on its own servers.
-  Measured (`tools/bazel run --config=ci //bench:upload_ceiling -- --endpoint=E --bucket=B
-  --rounds=5` against a LocalGCS started around it, 16 parallel 64 MiB media uploads per
-  round, 5.4 GB timed; nginx's and emulator_main's CPU seconds read with psutil before and
-  after; old and new endpoint interleaved, 3 runs each, 2 cores, load average 1.3-2.9):
-  median 552-718 MB/s before, 879-1246 MB/s after (x1.6-2.2); emulator CPU per GB uploaded
-  while the benchmark ran 1.77-1.82 s before, 0.64-0.69 s after; nginx 0.45-0.52 s per GB in
-  both. Once the idle worker had drained, the emulator's total was 0.91-0.97 s per GB: the
-  worker hashes only generations still live at its turn (each round here replaced the last
-  one's objects, so 1.07 of the 5.4 GB were hashed).
+  carries md5Hash (metadata GET, listing, ...) finishes it on demand. Why: this endpoint shares
+  its CPUs with the ranks whose save it measures; a system-wide `perf record` of one 8-rank 990
+  MB DCP save on 2 cores had the emulator at 2.3-3.0 core-s per save, ~1.3 of them MD5
+  (libcrypto), i.e. 10-14% of the machine, while GCS computes MD5 on its own servers. Measured
+  (`tools/bazel run --config=ci //bench:upload_ceiling -- --endpoint=E --bucket=B --rounds=5`
+  against a LocalGCS started around it, 16 parallel 64 MiB media uploads per round, 5.4 GB
+  timed; nginx's and emulator_main's CPU seconds read with psutil before and after; old and new
+  endpoint interleaved, 3 runs each, 2 cores, load average 1.3-2.9): median 552-718 MB/s before,
+  879-1246 MB/s after (x1.6-2.2); emulator CPU per GB uploaded while the benchmark ran 1.77-1.82
+  s before, 0.64-0.69 s after; nginx 0.45-0.52 s per GB in both. One more pair at load average
+  8-9 (other jobs on the cores): 248 MB/s before, 556 after (x2.2); emulator 1.88 and 0.69 s per
+  GB. Once the idle worker had drained, the emulator's total was 0.91-0.97 s per GB: the worker
+  hashes only generations still live at its turn (each round here replaced the last one's
+  objects, so 1.07 of the 5.4 GB were hashed).
 - The latency model on uploads (`--upload-latency-ms`, `--upload-rate`, from LocalGCS's
   latency_ms / stream_mbps): every upload answer is held until `latency` after the request's
   first byte (nginx's `$request_time`) plus body bytes / rate; nginx cannot pace request
