@@ -273,6 +273,11 @@ class ProcessRSSSampler:
         self._count = 0
         self.peak: RSSPeak | None = None
 
+    @property
+    def sample_count(self) -> int:
+        """Samples taken so far in the current (or last) window."""
+        return self._count
+
     def _sample(self) -> None:
         rss = self._process.memory_info().rss
         self._peak_bytes = max(self._peak_bytes, rss)
@@ -286,7 +291,6 @@ class ProcessRSSSampler:
         """Takes the start sample and starts the thread. Raises RuntimeError if running."""
         if self._thread is not None:
             raise RuntimeError("ProcessRSSSampler already started")
-        self._count = 0
         self._start_bytes = self._peak_bytes = self._process.memory_info().rss
         self._count = 1
         self._stop.clear()
