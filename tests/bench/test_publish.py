@@ -219,7 +219,7 @@ def test_report_has_the_save_section_and_the_summary_counts_no_reference_as_peer
     text = format_report(rows, ceilings={SAVE_CASE: 2000e6})
     assert "## Saves: whole dcp.save vs data phase, memory per rank" in text
     assert SAVE_HEADER in text
-    assert "absolute RSS includes torch itself (~300-400 MiB of libraries)" in text
+    assert "absolute RSS includes torch itself (~200-400 MiB of libraries)" in text
     summary = summary_table(rows).splitlines()
     assert summary[0] == (
         "| case | gcsckpt MB/s | msc MB/s | localfs MB/s | gcsckpt/fsspec | gcsckpt/best peer |"

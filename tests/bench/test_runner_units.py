@@ -33,7 +33,7 @@ from gcsckpt.bench.worker.arms import (
 from gcsckpt.bench.worker.jobs import RankLoadResult, RankRound, SaveJob, with_verification
 from gcsckpt.bench.worker.load_job import describe_error
 from gcsckpt.bench.worker.rank import RankFailure
-from gcsckpt.bench.worker.save_probe import SaveProbe, WriterPhases
+from gcsckpt.bench.worker.save_probe import SaveProbe, WriterPhases, release_free_memory
 
 FSDP = "load-olmoe_1b_7b_0924-fsdp-ws8"
 EP = "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"
@@ -557,3 +557,16 @@ def test_save_probe_measures_a_real_save_round_trip(tmp_path):
     loaded = {"w": torch.zeros(1 << 20), "step": torch.tensor(0)}
     dcp.load(loaded, storage_reader=FileSystemReader(str(tmp_path / "save")))
     assert torch.equal(loaded["w"], state["w"]) and int(loaded["step"]) == 7
+
+
+def test_release_free_memory_returns_freed_heap_pages_before_a_save():
+    import psutil
+
+    process = psutil.Process()
+    chunks = [bytearray(b"x" * (64 << 10)) for _ in range(2048)]  # 128 MiB of heap chunks
+    kept = chunks[::64]  # one chunk in 64 stays, so the heap cannot just shrink at its top
+    del chunks
+    before = process.memory_info().rss
+    assert release_free_memory() is True  # glibc: malloc_trim(0)
+    assert before - process.memory_info().rss >= 100 << 20
+    assert len(kept) == 32

@@ -162,7 +162,7 @@ def save_table(
     how close the candidate comes to a save whose storage is nearly free), and memory: the
     highest peak RSS of any rank, that rank's bound (1.1 x its state bytes + 256 MiB), whether
     every rank stayed within its own bound, and the largest peak-minus-start increase (what the
-    save itself added). Absolute RSS includes torch itself (~300-400 MiB of libraries) and the
+    save itself added). Absolute RSS includes torch itself (~200-400 MiB of libraries) and the
     state; the figures are printed, never asserted.
 
     Args:
@@ -233,7 +233,7 @@ SAVE_TABLE_NOTE = (
     "outside data phase: DCP's own planning, pickling and collectives plus the writer's "
     "planning and finish. localfs is torch's stock FileSystemWriter into local tmpfs, a "
     "reference (storage nearly free), not a peer. RSS is each rank process's own, sampled every "
-    "15 ms during dcp.save; absolute RSS includes torch itself (~300-400 MiB of libraries) and "
+    "15 ms during dcp.save; absolute RSS includes torch itself (~200-400 MiB of libraries) and "
     "the state; bound = 1.1 x the rank's state bytes + 256 MiB."
 )
 

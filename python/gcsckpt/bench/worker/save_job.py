@@ -10,7 +10,8 @@ checking the committed tensor bytes. Rank 0 then lists the folder (bytes written
 throughput) and deletes it, so saves never pile up in the bucket.
 
 Around each timed save every rank also measures itself (``save_probe.SaveProbe``): its own RSS
-right before ``dcp.save`` and its peak during it (a 15 ms sampling thread), its state bytes, and
+right before ``dcp.save`` (after ``release_free_memory``: garbage collected, the C heap's free
+pages returned) and its peak during it (a 15 ms sampling thread), its state bytes, and
 the phases its writer sees (planning, the data phase of ``write_data``, the coordinator's
 ``finish``); they travel with the round as ``RankRound.save``.
 
@@ -58,7 +59,7 @@ from gcsckpt.bench.worker.load_job import (
     msc_profile,
 )
 from gcsckpt.bench.worker.planner import counting_planner_for
-from gcsckpt.bench.worker.save_probe import SaveProbe
+from gcsckpt.bench.worker.save_probe import SaveProbe, release_free_memory
 from gcsckpt.bench.worker.setup_job import rank_device
 from gcsckpt.dcp import ObjectStore
 from gcsckpt.models.state import expected_bytes, local_checksums
@@ -256,6 +257,7 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
                 job.writer, job.storage.bucket, prefix, job.storage.endpoint, profile, folder
             )
             probe = SaveProbe(writer, expected_bytes(state))
+            release_free_memory()  # the start RSS is memory in use (see its docstring)
             dist.barrier()
             report(f"{label}: save", 0, 1)
             try:

@@ -20,7 +20,9 @@ throughput is what its storage path achieves.
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import gc
 import time
 from typing import Any
 
@@ -30,6 +32,27 @@ from gcsckpt.bench.record.case_result import RankSave
 from gcsckpt.bench.record.resources import ProcessRSSSampler
 
 RSS_SAMPLE_INTERVAL_S = 0.015  # one process's RSS every 15 ms (see ProcessRSSSampler)
+
+
+def release_free_memory() -> bool:
+    """Collects garbage and hands the C heap's free pages back to the OS (glibc
+    ``malloc_trim(0)``), so a rank's RSS right before its save is memory in use.
+
+    Why: building a round's state (materializing the model, the optimizer state, checksums)
+    leaves freed heap pages resident. Measured for 2 ranks of the scaled OLMoE ep case (447 MiB of
+    state per rank): 1035 MiB RSS after building, 751 MiB after this. Without it the start
+    figure carries ~280 MiB of freed memory, and a writer's own allocations can reuse those
+    pages without raising RSS, hiding from the peak-minus-start figure. Every arm gets the same.
+
+    Returns:
+      True when ``malloc_trim`` was called; False where the C library has none (not glibc).
+    """
+    gc.collect()
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 class WriterPhases:
