@@ -4,9 +4,14 @@
 (reused by later runs), then loads each with gcsckpt's GCSStorageReader (3 rounds) and the best
 peer, multi-storage-client's DCP reader (2 rounds), and the fsdp case with the stock
 FsspecReader over gcsfs (1 round); then saves the ep case once with gcsckpt's writer and each
-peer writer (msc, dataflux), each save verified by a stock load, and measures the endpoint's
-raw upload ceiling. Every tensor is verified; the tables give gcsckpt's ratio to stock, to the
-best peer and (saves) to the upload ceiling, and the run ends with the wall time of every job.
+peer writer (msc, dataflux), and twice with the ``localfs`` reference (torch's stock
+FileSystemWriter into /dev/shm: what dcp.save costs when storage is nearly free; not a peer),
+each save verified by a stock load, and measures the endpoint's raw upload ceiling. Every tensor
+is verified; the tables give gcsckpt's ratio to stock, to the best peer and (saves) to the
+upload ceiling and to localfs; the save table splits each save into its data phase
+(``write_data``: "upload-phase" MB/s and its fraction of the ceiling) and the rest (DCP's own
+work), and gives each rank's peak RSS during the save against 1.1 x its state bytes + 256 MiB;
+the run ends with the wall time of every job.
 
 Why these sizes (the job must stay under 10 minutes on a 2-core machine): the stock reader
 takes ~3-4 minutes per round on the fsdp case (8,877 BYTE_IO items per rank, ~413,000 GETs), so
@@ -15,7 +20,9 @@ it loads only that case, the one its target is set on (``-- --baseline_cases='*'
 adds fsdp); every round is a job on fresh rank processes (start-up, state building and
 checksums: 12-38 s a job here), so peers run 2 rounds. Every flag of //bench:checkpoint_load
 passes through, e.g. ``-- --bucket=gs://b/p --model_scale=full``,
-``-- --readers=gcsckpt,msc,dataflux,fsspec`` or ``-- --writers=gcsckpt,msc,dataflux,fsspec``.
+``-- --readers=gcsckpt,msc,dataflux,fsspec`` or ``-- --writers=gcsckpt,msc,dataflux,fsspec``
+(``-- --reference_rounds=N``: localfs saves). localfs runs two rounds: its save (2.9-3.4 s of
+dcp.save for the ep case here) is cheap next to a job's start-up and verification.
 The same tables with the endpoint modelled like remote GCS: //bench:olmoe_ep_modelled.
 
 Measured on 2026-12-01 (quiet machine): 534 s for the run (15 jobs of 12-195 s, 525 s in all;
@@ -34,8 +41,9 @@ OLMOE_EP_DEFAULTS = {
     "peer_rounds": 2,
     "baseline_rounds": 1,
     "baseline_cases": ["load-olmoe_1b_7b_0924-fsdp-*"],
-    "writers": ["gcsckpt", "msc", "dataflux"],
+    "writers": ["gcsckpt", "msc", "dataflux", "localfs"],
     "save_rounds": 1,
+    "reference_rounds": 2,
     "save_cases": ["load-olmoe_1b_7b_0924-ep-*"],
 }
 

@@ -4,10 +4,12 @@
 
 ``tools/bazel run //bench:olmoe_ep_modelled`` runs the same cases as //bench:olmoe_ep (scaled
 OLMoE fsdp and ep, 8 ranks) on a reduced set of arms: loads by gcsckpt (3 rounds) and the best
-peer, MSC (2 rounds); the ep save by gcsckpt, MSC and dataflux (1 each), verified like the main
-job's (torch's FileSystemReader on a byte-exact copy), with the modelled endpoint's upload
-ceiling. Left out, and why: the stock FsspecReader sends one GET per item, ~51,600 per rank per
-fsdp round and ~8,400 on ep, each 30 ms away (tens of minutes per round).
+peer, MSC (2 rounds); the ep save by gcsckpt, MSC and dataflux (1 each) and the localfs
+reference (2; it writes to local tmpfs, so the modelled latency does not touch it: the same floor
+as in the main job), verified like the main job's (torch's FileSystemReader on a byte-exact
+copy; localfs's own folder), with the modelled endpoint's upload ceiling. Left out, and why:
+the stock FsspecReader sends one GET per item, ~51,600 per rank per fsdp round and ~8,400 on
+ep, each 30 ms away (tens of minutes per round).
 ``-- --readers=gcsckpt,msc,fsspec --baseline_cases='*ep*'`` adds the stock reader on ep anyway.
 """
 

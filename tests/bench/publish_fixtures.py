@@ -5,9 +5,11 @@ from __future__ import annotations
 import datetime
 
 from gcsckpt.bench.record.case_result import (
+    SCENARIO_WRITE,
     CaseInfo,
     CaseResult,
     RankCounters,
+    RankSave,
     RoundRecord,
     RunContext,
 )
@@ -128,5 +130,65 @@ def two_reader_rows() -> list[dict]:
         case_row(result("fsspec", [50.0, 50.0]), RUN),
         case_row(result("gcsckpt", [2.0, 2.0], name="load-olmoe_1b_7b_0924-fsdp-ws2"), RUN),
         case_row(failed("fsspec", name="load-olmoe_1b_7b_0924-fsdp-ws2"), RUN),
+    ]
+    return add_baseline_ratios(rows)
+
+
+SAVE_CASE = "save-olmoe_1b_7b_0924-ep-dp2ep2-ws2"
+MiB = 2**20
+STATE = 100 * MiB  # rank 0's state bytes in the save fixtures; rank 1 holds 10 MiB more
+
+
+def rank_save(rank: int, start: float, data_s: float, rss_peak: int) -> RankSave:
+    """Rank ``rank``'s measures of a save that began at ``start``: the data phase starts 1 s in
+    and lasts ``data_s``; RSS starts at 200 MiB; the coordinator (rank 0) finished in 0.25 s."""
+    return RankSave(
+        state_bytes=STATE + rank * 10 * MiB,
+        rss_start_bytes=200 * MiB,
+        rss_peak_bytes=rss_peak,
+        rss_sample_count=50,
+        plan_s=0.01 * (rank + 1),
+        data_start_unix_s=start + 1.0,
+        data_end_unix_s=start + 1.0 + data_s,
+        finish_s=0.25 if rank == 0 else None,
+    )
+
+
+def save_result(writer: str, seconds: list[float], data_s: list[float], peaks=(None, None)):
+    """An ok 2-rank save (case ``SAVE_CASE``, SIZE bytes written) whose rounds last ``seconds``;
+    in round i rank 0's data phase lasts ``data_s[i]`` and rank 1's half that. Peak RSS per
+    rank: ``peaks`` (None: 300 MiB, within either rank's bound)."""
+    t0 = 1_800_000_000.0
+    rounds = []
+    for i, (d, data) in enumerate(zip(seconds, data_s, strict=True)):
+        start = t0 + 10 * i
+        saves = [rank_save(r, start, data / (r + 1), peaks[r] or 300 * MiB) for r in range(2)]
+        rounds.append(
+            RoundRecord(
+                rank_start_unix_s=[start, start],
+                rank_end_unix_s=[start + d, start + d],
+                rank_counters=[RankCounters(), RankCounters()],
+                rank_saves=saves,
+            )
+        )
+    return CaseResult(
+        case=case(SAVE_CASE),
+        reader=writer,
+        rounds=rounds,
+        checksums_verified=True,
+        checkpoint_physical_size_bytes=SIZE,
+        reader_options={"class": writer},
+        resources=USAGE,
+        scenario=SCENARIO_WRITE,
+    )
+
+
+def save_rows() -> list[dict]:
+    """Saves of one case with ratios: gcsckpt 2 s (data phase 1 s), msc 4 s (data 3 s), localfs
+    1 s (data 0.25 s, rank 1's peak 600 MiB: over its bound of 1.1 x 110 MiB + 256 MiB)."""
+    rows = [
+        case_row(save_result("gcsckpt", [2.0], [1.0]), RUN),
+        case_row(save_result("msc", [4.0], [3.0]), RUN),
+        case_row(save_result("localfs", [1.0, 1.0], [0.25, 0.25], (None, 600 * MiB)), RUN),
     ]
     return add_baseline_ratios(rows)

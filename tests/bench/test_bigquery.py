@@ -33,7 +33,7 @@ from gcsckpt.bench.publish.schema import (
     validate_rows,
 )
 from gcsckpt.bench.record.metrics import THROUGHPUT_COLUMN
-from tests.bench.publish_fixtures import RUN, two_reader_rows
+from tests.bench.publish_fixtures import RUN, MiB, save_rows, two_reader_rows
 
 PROJECT = "gcsckpt-test"
 
@@ -220,3 +220,25 @@ def test_existing_table_missing_columns_is_refused(endpoint):
     with pytest.raises(BigQueryPublishError, match=r"lacks columns \['read_amplification_ratio'\]"):
         publish_rows(two_reader_rows(), table_id, client=client)
     assert list(client.list_rows(table_id)) == []
+
+
+def test_save_rows_round_trip_with_memory_phase_and_reference_columns(endpoint):
+    client = make_client(PROJECT, api_endpoint=endpoint)
+    table_id = f"{PROJECT}.bench.checkpoint_write"
+    rows = [dict(r, run_id="run-saves") for r in save_rows()]
+    assert publish_rows(rows, table_id, client=client, create_dataset=True) == 3
+    stored = {r["workload_implementation"]: r for r in _read_back(client, table_id, "run-saves")}
+    started = datetime.datetime.fromisoformat(rows[0]["run_started_at"])
+    for row in rows:
+        back = stored[row["workload_implementation"]]
+        for name, value in row.items():
+            expected = started if name == "run_started_at" else value
+            assert back[name] == expected, name
+    ours = stored["gcsckpt"]
+    assert ours["save_rss_peak_bytes_per_rank_max"] == 300 * MiB
+    assert ours["save_rss_peak_within_bound"] is True
+    assert stored["localfs"]["save_rss_peak_within_bound"] is False
+    assert ours["save_data_phase_throughput_mean_bytes_per_second"] == 1e9
+    assert ours["reference_implementation"] == "localfs"
+    assert ours["checkpoint_read_throughput_ratio_to_reference"] == pytest.approx(0.5)
+    assert ours["best_peer_implementation"] == "msc"

@@ -6,15 +6,39 @@ import numpy as np
 import pytest
 
 from gcsckpt.bench.publish.schema import column_names, load_columns, validate_rows
-from gcsckpt.bench.record.case_result import CaseInfo, CaseResult, RankCounters, RoundRecord
+from gcsckpt.bench.record.case_result import (
+    CaseInfo,
+    CaseResult,
+    RankCounters,
+    RankSave,
+    RoundRecord,
+    rss_bound_bytes,
+)
 from gcsckpt.bench.record.metrics import (
+    DATA_PHASE_THROUGHPUT_COLUMN,
     RATIO_COLUMN,
+    REFERENCE_RATIO_COLUMN,
+    SAVE_COLUMNS,
     THROUGHPUT_COLUMN,
     add_baseline_ratios,
     case_row,
     round_duration_columns,
 )
-from tests.bench.publish_fixtures import RUN, SIZE, USAGE, case, counters, failed, result, round_of
+from tests.bench.publish_fixtures import (
+    RUN,
+    SIZE,
+    STATE,
+    USAGE,
+    MiB,
+    case,
+    counters,
+    failed,
+    rank_save,
+    result,
+    round_of,
+    save_result,
+    save_rows,
+)
 
 
 def test_every_emitted_column_is_in_the_schema_and_every_schema_column_is_emitted():
@@ -215,3 +239,115 @@ def test_reader_options_must_be_json():
     )
     with pytest.raises(ValueError, match="reader options of 'gcsckpt'"):
         case_row(bad, RUN)
+
+
+def test_save_columns_memory_per_rank_against_the_bound():
+    rows = {r["workload_implementation"]: r for r in save_rows()}
+    ours = rows["gcsckpt"]
+    assert ours["save_state_bytes_per_rank_max"] == STATE + 10 * MiB
+    assert ours["save_rss_start_bytes_per_rank_max"] == 200 * MiB
+    assert ours["save_rss_peak_bytes_per_rank_max"] == 300 * MiB
+    # Both ranks peak at 300 MiB: the first (rank 0, 100 MiB of state) is reported.
+    assert ours["save_rss_bound_bytes_at_peak_rank"] == int(1.1 * STATE) + 256 * MiB
+    assert ours["save_rss_peak_within_bound"] is True
+    assert ours["save_rss_increase_bytes_per_rank_max"] == 100 * MiB
+    local = rows["localfs"]  # rank 1 peaks at 600 MiB, over 1.1 x 110 MiB + 256 MiB
+    assert local["save_rss_peak_bytes_per_rank_max"] == 600 * MiB
+    assert local["save_rss_bound_bytes_at_peak_rank"] == rss_bound_bytes(STATE + 10 * MiB)
+    assert rss_bound_bytes(STATE + 10 * MiB) == int(1.1 * 110 * MiB) + 256 * MiB
+    assert local["save_rss_peak_within_bound"] is False
+    assert local["save_rss_increase_bytes_per_rank_max"] == 400 * MiB
+
+
+def test_save_columns_data_phase_is_the_longest_ranks_and_its_throughput():
+    rows = {r["workload_implementation"]: r for r in save_rows()}
+    ours = rows["gcsckpt"]  # 2 s save; rank 0's data phase 1 s, rank 1's 0.5 s
+    assert ours["save_data_phase_mean_seconds"] == pytest.approx(1.0)
+    assert ours["save_outside_data_phase_mean_seconds"] == pytest.approx(1.0)
+    assert ours[DATA_PHASE_THROUGHPUT_COLUMN] == pytest.approx(SIZE / 1.0)
+    assert ours[THROUGHPUT_COLUMN] == pytest.approx(SIZE / 2.0)
+    assert ours["save_plan_seconds_per_rank_max"] == pytest.approx(0.02)
+    assert ours["save_finish_mean_seconds"] == pytest.approx(0.25)
+    local = rows["localfs"]  # two rounds of 1 s, data phase 0.25 s each
+    assert local["measurement_round_count"] == 2
+    assert local["save_data_phase_mean_seconds"] == pytest.approx(0.25)
+    assert local["save_outside_data_phase_mean_seconds"] == pytest.approx(0.75)
+    assert local[DATA_PHASE_THROUGHPUT_COLUMN] == pytest.approx(SIZE / 0.25)
+    per_rank = json.loads(local["rank_saves_json"])
+    assert [r["state_bytes"] for r in per_rank] == [STATE, STATE + 10 * MiB]
+    assert [r["finish_s"] for r in per_rank] == [0.25, None]
+    assert per_rank[1]["rss_peak_bytes"] == 600 * MiB
+    validate_rows(list(rows.values()), load_columns())
+
+
+def test_the_reference_is_never_the_best_peer_and_has_its_own_ratio():
+    rows = {r["workload_implementation"]: r for r in save_rows()}
+    ours = rows["gcsckpt"]
+    # localfs (1 GB/s) is faster than msc (250 MB/s) but is a reference, not a peer.
+    assert ours["best_peer_implementation"] == "msc"
+    assert ours["checkpoint_read_throughput_ratio_to_best_peer"] == pytest.approx(2.0)
+    assert ours["reference_implementation"] == "localfs"
+    assert ours[REFERENCE_RATIO_COLUMN] == pytest.approx(0.5)
+    assert rows["msc"][REFERENCE_RATIO_COLUMN] is None
+    assert rows["localfs"]["checkpoint_read_throughput_ratio_to_best_peer"] is None
+    only_reference = add_baseline_ratios(
+        [
+            case_row(save_result("gcsckpt", [2.0], [1.0]), RUN),
+            case_row(save_result("localfs", [1.0], [0.25]), RUN),
+        ]
+    )
+    assert only_reference[0]["best_peer_implementation"] is None
+    assert only_reference[0]["reference_implementation"] == "localfs"
+
+
+def test_save_columns_are_null_for_loads_and_timings_null_when_failed():
+    load = case_row(result("gcsckpt", [1.0]), RUN)
+    assert all(load[name] is None for name in SAVE_COLUMNS)
+    assert load["rank_saves_json"] is None and load[REFERENCE_RATIO_COLUMN] is None
+    ok = save_result("gcsckpt", [2.0], [1.0])
+    broken = CaseResult(
+        case=ok.case,
+        reader="gcsckpt",
+        rounds=ok.rounds,
+        status="failed",
+        error_message="rank 1: checksum mismatch",
+        checkpoint_physical_size_bytes=SIZE,
+        scenario=ok.scenario,
+    )
+    row = case_row(broken, RUN)
+    assert row["save_rss_peak_bytes_per_rank_max"] == 300 * MiB  # kept, for diagnosis
+    assert row["save_data_phase_mean_seconds"] is None
+    assert row[DATA_PHASE_THROUGHPUT_COLUMN] is None
+    assert row["save_outside_data_phase_mean_seconds"] is None
+    # One rank without measures: every save column is null, never a partial figure.
+    partial = RoundRecord([0.0, 0.0], [2.0, 2.0], rank_saves=None)
+    row = case_row(
+        CaseResult(
+            case=ok.case,
+            reader="gcsckpt",
+            rounds=[ok.rounds[0], partial],
+            checksums_verified=True,
+            checkpoint_physical_size_bytes=SIZE,
+            scenario=ok.scenario,
+        ),
+        RUN,
+    )
+    assert all(row[name] is None for name in SAVE_COLUMNS)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"rss_peak_bytes": 100}, "peak RSS 100 is below the start RSS"),
+        ({"state_bytes": -1}, "state_bytes must be an int >= 0"),
+        ({"data_end_unix_s": 1.0}, "data phase ends (1.0) before it starts"),
+        ({"plan_s": float("nan")}, "plan_s must be finite and >= 0"),
+    ],
+)
+def test_bad_save_measures_raise_naming_the_field(changes, message):
+    good = rank_save(0, 100.0, 1.0, 300 * MiB)
+    fields = {**good.as_dict(), **changes}
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        RankSave(**fields)
+    with pytest.raises(ValueError, match="save measures for 1 ranks but timings for 2"):
+        RoundRecord([0.0, 0.0], [1.0, 1.0], rank_saves=[good])

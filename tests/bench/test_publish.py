@@ -11,14 +11,28 @@ from gcsckpt.bench.publish.plot import build_throughput_figure, write_throughput
 from gcsckpt.bench.publish.report import PLOT_NAME, publish_report
 from gcsckpt.bench.publish.results_files import read_results_json, write_results
 from gcsckpt.bench.publish.schema import RowValidationError, column_names
-from gcsckpt.bench.publish.table import format_report, summary_table, throughput_ratio
+from gcsckpt.bench.publish.table import (
+    format_report,
+    save_table,
+    summary_table,
+    throughput_ratio,
+)
 from gcsckpt.bench.record.metrics import (
     RATIO_COLUMN,
     THROUGHPUT_COLUMN,
     add_baseline_ratios,
     case_row,
 )
-from tests.bench.publish_fixtures import RUN, SIZE, failed, result, two_reader_rows
+from tests.bench.publish_fixtures import (
+    RUN,
+    SAVE_CASE,
+    SIZE,
+    MiB,
+    failed,
+    result,
+    save_rows,
+    two_reader_rows,
+)
 
 EP_CASE = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2"
 FSDP_CASE = "load-olmoe_1b_7b_0924-fsdp-ws2"
@@ -165,3 +179,73 @@ def test_publish_report_writes_everything(tmp_path):
     assert report.bigquery_rows == 0
     with pytest.raises(ValueError, match="no result rows"):
         publish_report([], tmp_path)
+
+
+SAVE_HEADER = (
+    "| case | writer | status | whole dcp.save s | whole dcp.save MB/s | whole / ceiling "
+    "| data phase s | data phase MB/s | data phase / ceiling | outside data phase s "
+    "| gcsckpt / this writer | peak RSS MiB (max rank) | bound MiB (that rank) "
+    "| every rank within bound | peak - start MiB (max rank) |"
+)
+
+
+def test_save_table_splits_whole_save_and_data_phase_and_gives_memory():
+    rows = save_rows()
+    lines = save_table(rows, ceilings={SAVE_CASE: 2000e6}).splitlines()
+    assert lines[0] == SAVE_HEADER
+    # gcsckpt: 2 s save (500 MB/s, 0.25 of the ceiling), data phase 1 s (1000 MB/s, 0.50);
+    # peak 300 MiB, bound of rank 0 = 1.1 x 100 MiB + 256 MiB = 366 MiB.
+    assert lines[2] == (
+        f"| {SAVE_CASE} | gcsckpt | ok | 2.00 | 500.0 | 0.25 | 1.00 | 1000.0 | 0.50 | 1.00 "
+        "| 1.00x | 300 | 366 | yes | 100 |"
+    )
+    assert lines[3] == (
+        f"| {SAVE_CASE} | msc | ok | 4.00 | 250.0 | 0.12 | 3.00 | 333.3 | 0.17 | 1.00 "
+        "| 2.00x | 300 | 366 | yes | 100 |"
+    )
+    # The reference: gcsckpt reaches half its whole-save throughput; rank 1 is over its bound.
+    assert lines[4] == (
+        f"| {SAVE_CASE} | localfs | ok | 1.00 | 1000.0 | 0.50 | 0.25 | 4000.0 | 2.00 | 0.75 "
+        "| 0.50x | 600 | 377 | no | 400 |"
+    )
+    assert len(lines) == 5
+    no_ceiling = save_table(rows).splitlines()[2]
+    assert "| 500.0 | n/a | 1.00 | 1000.0 | n/a |" in no_ceiling
+    assert save_table(two_reader_rows()) == ""  # loads only: no save table
+
+
+def test_report_has_the_save_section_and_the_summary_counts_no_reference_as_peer():
+    rows = save_rows()
+    text = format_report(rows, ceilings={SAVE_CASE: 2000e6})
+    assert "## Saves: whole dcp.save vs data phase, memory per rank" in text
+    assert SAVE_HEADER in text
+    assert "absolute RSS includes torch itself (~200-400 MiB of libraries)" in text
+    summary = summary_table(rows).splitlines()
+    assert summary[0] == (
+        "| case | gcsckpt MB/s | msc MB/s | localfs MB/s | gcsckpt/fsspec | gcsckpt/best peer |"
+    )
+    assert summary[2] == f"| {SAVE_CASE} | 500.0 | 250.0 | 1000.0 | n/a | 2.0x (msc) |"
+    assert "## Saves" not in format_report(two_reader_rows())
+    axes = build_throughput_figure(rows).axes[0]
+    labels = [t.get_text() for t in axes.texts]
+    assert "gcsckpt: n/a fsspec, 2.0x (msc) best peer, 0.50x localfs (reference)" in labels
+
+
+def test_results_files_carry_the_save_columns(tmp_path):
+    rows = save_rows()
+    files = write_results(rows, tmp_path)
+    assert read_results_json(files.json_path) == rows
+    with open(files.csv_path, newline="") as f:
+        table = {r["workload_implementation"]: r for r in csv.DictReader(f)}
+    ours, local = table["gcsckpt"], table["localfs"]
+    assert int(ours["save_rss_peak_bytes_per_rank_max"]) == 300 * MiB
+    assert int(ours["save_rss_bound_bytes_at_peak_rank"]) == int(1.1 * 100 * MiB) + 256 * MiB
+    assert ours["save_rss_peak_within_bound"] == "true"
+    assert local["save_rss_peak_within_bound"] == "false"
+    assert float(ours["save_data_phase_throughput_mean_bytes_per_second"]) == SIZE / 1.0
+    assert float(ours["save_data_phase_mean_seconds"]) == 1.0
+    assert float(ours["checkpoint_read_throughput_ratio_to_reference"]) == 0.5
+    assert ours["reference_implementation"] == "localfs"
+    assert ours["best_peer_implementation"] == "msc"
+    assert len(json.loads(local["rank_saves_json"])) == 2
+    assert table["msc"]["reference_implementation"] == ""  # null

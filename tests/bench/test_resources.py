@@ -4,10 +4,17 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
+import numpy as np
 import pytest
 
-from gcsckpt.bench.record.resources import ResourceSampler, TreeSample, summarize
+from gcsckpt.bench.record.resources import (
+    ProcessRSSSampler,
+    ResourceSampler,
+    TreeSample,
+    summarize,
+)
 
 A, B, C = (101, 1.0), (102, 1.0), (103, 2.0)
 
@@ -100,3 +107,32 @@ def test_sampler_must_start_before_stop():
         sampler.stop()
     with pytest.raises(ValueError, match="interval_s"):
         ResourceSampler(interval_s=0)
+
+
+def test_process_rss_sampler_sees_memory_held_between_samples():
+    sampler = ProcessRSSSampler(interval_s=0.01)
+    sampler.start()
+    held = np.ones(96 << 20, dtype=np.uint8)  # 96 MiB, every page touched
+    seen = sampler.sample_count
+    deadline = time.monotonic() + 60
+    while sampler.sample_count < seen + 2 and time.monotonic() < deadline:
+        time.sleep(0.005)  # hold it until the thread has sampled it twice
+    del held
+    peak = sampler.stop()
+    assert peak is sampler.peak
+    assert 0 < peak.start_bytes <= peak.peak_bytes
+    assert peak.peak_bytes - peak.start_bytes >= 90 << 20
+    assert peak.sample_count >= seen + 2 >= 3  # start, two in the window, the last
+
+
+def test_process_rss_sampler_checks_its_use():
+    with pytest.raises(ValueError, match="interval_s must be > 0, got 0"):
+        ProcessRSSSampler(interval_s=0)
+    sampler = ProcessRSSSampler()
+    with pytest.raises(RuntimeError, match="was not started"):
+        sampler.stop()
+    sampler.start()
+    with pytest.raises(RuntimeError, match="already started"):
+        sampler.start()
+    quick = sampler.stop()
+    assert quick.sample_count >= 2 and quick.peak_bytes >= quick.start_bytes > 0

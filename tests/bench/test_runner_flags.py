@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import sys
 import pytest
 from absl import app
 
-from gcsckpt.bench.runner.flags import FLAGS
+from gcsckpt.bench.runner.flags import FLAGS, config_from_flags
 from gcsckpt.bench.runner.main import main
 
 PROGRAM = os.path.join("bench", "checkpoint_load.py")
@@ -94,3 +95,20 @@ def test_olmoe_ep_defaults_select_the_pair():
         "load-olmoe_1b_7b_0924-fsdp-ws8-local",
         "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8-local",
     ]
+
+
+def test_olmoe_ep_defaults_save_with_the_localfs_reference_twice(parse):
+    spec = importlib.util.spec_from_file_location("olmoe_ep_defaults", OLMOE_EP)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # defines OLMOE_EP_DEFAULTS; main() runs only as a program
+    defaults = module.OLMOE_EP_DEFAULTS
+    assert defaults["writers"] == ["gcsckpt", "msc", "dataflux", "localfs"]
+    assert (defaults["save_rounds"], defaults["reference_rounds"]) == (1, 2)
+    parse(
+        f"--writers={','.join(defaults['writers'])}",
+        f"--save_rounds={defaults['save_rounds']}",
+        f"--reference_rounds={defaults['reference_rounds']}",
+    )
+    config = config_from_flags()
+    assert config.writers == ("gcsckpt", "msc", "dataflux", "localfs")
+    assert [config.save_rounds_for(3, w) for w in config.writers] == [1, 1, 1, 2]

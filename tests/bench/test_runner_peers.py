@@ -1,6 +1,7 @@
 """Peer arms end to end: the msc and dataflux readers and a save phase with the gcsckpt, msc and
-dataflux writers, on tiny OLMoE ep (2 gloo ranks, local GCS); every load and save is
-checksum-verified (saves by loading them back with the stock reader). The dataflux arm's ranks
+dataflux writers and the localfs reference (never a peer), on tiny OLMoE ep (2 gloo ranks, local
+GCS); every load and save is checksum-verified (saves by loading them back with the stock
+reader). The dataflux arm's ranks
 run on its own venv (google-cloud-storage 2.19.0). Its writer sends every object as an XML
 multipart upload: where the endpoint has none (501), that save is reported failed with that
 error, and with one it must be verified. Then peer arms that fail (readers pointed at a
@@ -32,7 +33,7 @@ from tests.bench.runner_fixtures import EP, EP_BASE, interpreter_facts, tiny_run
 BUCKET = "runner-peers"
 SAVE = "save-" + EP[len("load-") :]
 READERS = ("gcsckpt", "msc", "dataflux")
-WRITERS = ("gcsckpt", "msc", "dataflux")
+WRITERS = ("gcsckpt", "msc", "dataflux", "localfs")  # localfs: the reference, not a peer
 
 
 def _has_xml_multipart(endpoint: str) -> bool:
@@ -78,7 +79,7 @@ def test_every_arm_loads_and_saves_verified(gcs, peers_run):
         *((EP, r, "checkpoint_read") for r in READERS),
         *((SAVE, w, "checkpoint_write") for w in WRITERS),
     ]
-    dataflux_save = outcome.results[-1]
+    dataflux_save = next(r for r in outcome.results[3:] if r.reader == "dataflux")
     if _has_xml_multipart(gcs.endpoint):
         assert outcome.failures == []
     else:  # reported failed with the endpoint's answer, never dropped or reconfigured
@@ -86,7 +87,9 @@ def test_every_arm_loads_and_saves_verified(gcs, peers_run):
         assert "501" in dataflux_save.error_message
         assert dataflux_save.error_message.startswith("rank ")
         assert f"{SAVE} with dataflux FAILED: rank " in text
-        outcome = dataclasses.replace(outcome, results=outcome.results[:-1])
+        outcome = dataclasses.replace(
+            outcome, results=[r for r in outcome.results if r is not dataflux_save]
+        )
     assert all(r.checksums_verified and len(r.rounds) == 1 for r in outcome.results)
     loads, saves = outcome.results[:3], outcome.results[3:]
     size = loads[0].checkpoint_physical_size_bytes
@@ -142,8 +145,15 @@ def test_rows_carry_each_arms_settings_and_both_ratios(peers_run):
         )
         assert ours["checkpoint_read_throughput_ratio_to_baseline"] is None  # no stock arm
         assert rows[(case, "msc")]["checkpoint_read_throughput_ratio_to_best_peer"] is None
+    # The localfs reference ran beside the peers and is never the best peer, whatever its speed.
+    assert rows[(SAVE, "localfs")]["status"] == "ok"
+    assert rows[(SAVE, "gcsckpt")]["reference_implementation"] == "localfs"
+    assert rows[(SAVE, "gcsckpt")]["checkpoint_read_throughput_ratio_to_reference"] == (
+        pytest.approx(rows[(SAVE, "gcsckpt")][speed] / rows[(SAVE, "localfs")][speed])
+    )
     header = (
-        "| case | gcsckpt MB/s | msc MB/s | dataflux MB/s | gcsckpt/fsspec | gcsckpt/best peer |"
+        "| case | gcsckpt MB/s | msc MB/s | dataflux MB/s | localfs MB/s | gcsckpt/fsspec "
+        "| gcsckpt/best peer |"
     )
     assert header in text
     assert "x (msc) |" in text or "x (dataflux) |" in text

@@ -6,6 +6,7 @@ import dataclasses
 import io
 import json
 import os
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -14,22 +15,25 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from gcsckpt.bench.cases.catalogue import CaseError, load_catalogue
 from gcsckpt.bench.cases.selection import override_world_size, select_run_cases
-from gcsckpt.bench.record.case_result import CaseInfo
+from gcsckpt.bench.record.case_result import CaseInfo, RankSave
 from gcsckpt.bench.runner.benchmark import phase_table, rounds_note, save_case_info
 from gcsckpt.bench.runner.bucket_type import classify_bucket, run_bucket_type
 from gcsckpt.bench.runner.config import RunConfig
 from gcsckpt.bench.runner.manifest import SetupManifest
 from gcsckpt.bench.runner.results import load_result, save_result
-from gcsckpt.bench.worker import baseline
+from gcsckpt.bench.worker import arms, baseline
 from gcsckpt.bench.worker.arms import (
     MSC_UPLOAD_OPTIONS,
     MSCProfile,
+    local_save_root,
+    make_writer,
     reader_settings,
     writer_settings,
 )
 from gcsckpt.bench.worker.jobs import RankLoadResult, RankRound, SaveJob, with_verification
 from gcsckpt.bench.worker.load_job import describe_error
 from gcsckpt.bench.worker.rank import RankFailure
+from gcsckpt.bench.worker.save_probe import SaveProbe, WriterPhases, release_free_memory
 
 FSDP = "load-olmoe_1b_7b_0924-fsdp-ws8"
 EP = "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"
@@ -123,6 +127,7 @@ def test_bucket_type_comes_from_the_bucket_metadata():
         ({"writers": ("gcsckpt", "lightning")}, "--writers"),
         ({"writers": ("msc", "msc")}, "--writers"),
         ({"save_rounds": 0}, "--save_rounds"),
+        ({"reference_rounds": 0}, "--reference_rounds"),
     ],
 )
 def test_run_config_rejects_bad_values_naming_the_flag(changes, flag):
@@ -393,3 +398,175 @@ def test_phase_table_lists_every_job_and_the_totals():
         "| all jobs | 15.2 |",
         "| whole run (endpoint, setup checks, publishing included) | 20.0 |",
     ]
+
+
+def test_the_localfs_reference_has_rounds_of_its_own():
+    config = RunConfig(rounds=3, save_rounds=1, reference_rounds=2, writers=("gcsckpt", "localfs"))
+    assert config.save_rounds_for(5, "gcsckpt") == 1
+    assert config.save_rounds_for(5, "localfs") == 2
+    assert config.save_rounds_for(5) == 1
+    assert RunConfig(save_rounds=1).save_rounds_for(5, "localfs") == 1  # default: save_rounds
+    note = rounds_note(config, [_case(EP)])
+    assert "Timed saves per writer: gcsckpt 1, localfs 2 on 1 case(s)" in note
+
+
+def _save_measures(rank: int, start: float) -> RankSave:
+    return RankSave(100, 300, 400, 9, 0.01, start + 0.5, start + 1.5, 0.2 if rank == 0 else None)
+
+
+def test_save_rounds_carry_each_ranks_measures_into_the_result():
+    info = save_case_info(_INFO)
+    rounds = [(dataclasses.replace(_round(1.0), save=_save_measures(r, 1.0)),) for r in range(2)]
+    gathered = [
+        RankLoadResult(0, rounds[0], written_bytes=(1234,)),
+        RankLoadResult(1, rounds[1]),
+    ]
+    result = save_result(info, "localfs", gathered, 1, writer_options={})
+    assert result.status == "ok"
+    (record,) = result.rounds
+    assert [m.finish_s for m in record.rank_saves] == [0.2, None]
+    assert record.data_phase_s == pytest.approx(1.0)
+    # A rank without measures (e.g. a writer that never reached write_data): none at all.
+    gathered[1] = RankLoadResult(1, (_round(1.0),))
+    assert save_result(info, "localfs", gathered, 1, writer_options={}).rounds[0].rank_saves is None
+
+
+def test_a_separate_verification_keeps_the_timed_rounds_measures():
+    measures = _save_measures(0, 10.0)
+    timed = RankRound(10.0, 12.5, {}, 0, 0, mismatch_count=-1, save=measures)
+    checked = RankRound(0.0, 0.0, {}, 100, 100)
+    (joined,) = with_verification([RankLoadResult(0, (timed,))], [RankLoadResult(0, (checked,))])
+    assert joined.rounds[0].save == measures and joined.rounds[0].verified
+
+
+def test_local_save_root_is_tmpfs_only_with_room(tmp_path, monkeypatch):
+    monkeypatch.setattr(arms, "LOCAL_TMPFS", str(tmp_path))
+    size = 10 << 20
+
+    def room(free: int, available: int) -> None:
+        usage = SimpleNamespace(free=free, total=free, used=0)
+        monkeypatch.setattr(arms.shutil, "disk_usage", lambda path: usage)
+        monkeypatch.setattr("psutil.virtual_memory", lambda: SimpleNamespace(available=available))
+
+    room(2 * size, 3 * size)
+    assert local_save_root(size) == str(tmp_path)
+    room(2 * size - 1, 3 * size)
+    assert local_save_root(size) is None
+    room(2 * size, 3 * size - 1)
+    assert local_save_root(size) is None
+    assert local_save_root(None) is None  # unknown size: the scratch dir
+    monkeypatch.setattr(arms, "LOCAL_TMPFS", str(tmp_path / "absent"))
+    room(2 * size, 3 * size)
+    assert local_save_root(size) is None
+
+
+def test_localfs_settings_say_where_it_saved_and_that_it_is_a_reference(tmp_path):
+    tmpfs = writer_settings("localfs", emulator=True, local_root="/dev/shm")
+    assert tmpfs["class"] == "torch.distributed.checkpoint.FileSystemWriter"
+    assert tmpfs["folder"] == "/dev/shm (tmpfs)"
+    assert tmpfs["role"].startswith("reference") and "not a peer" in tmpfs["role"]
+    assert (tmpfs["single_file_per_rank"], tmpfs["sync_files"], tmpfs["thread_count"]) == (
+        True,
+        True,
+        1,
+    )
+    scratch = writer_settings("localfs", emulator=False)
+    assert scratch["folder"].startswith("job scratch dir below ")
+    assert "localfs" in arms.WRITERS and "localfs" not in arms.READERS
+    assert "localfs" in arms.REFERENCES and "localfs" not in arms.PEERS
+    with pytest.raises(ValueError, match="needs its round's local folder"):
+        make_writer("localfs", "bkt", "p", None)
+    writer = make_writer("localfs", "bkt", "p", None, folder=str(tmp_path))
+    assert type(writer).__name__ == "FileSystemWriter"
+
+
+class _LateWriter:
+    """A writer whose data future completes on another thread, ``delay_s`` after write_data."""
+
+    def __init__(self, delay_s: float, error: Exception | None = None) -> None:
+        self.delay_s, self.error, self.completed_at = delay_s, error, None
+
+    def prepare_local_plan(self, plan):
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def write_data(self, plan, planner):
+        import threading
+        import time
+
+        from torch.futures import Future
+
+        future = Future()
+
+        def complete():
+            time.sleep(self.delay_s)
+            self.completed_at = time.time()
+            if self.error is not None:
+                future.set_exception(self.error)
+            else:
+                future.set_result(["written"])
+
+        threading.Thread(target=complete, daemon=True).start()
+        return future
+
+    def finish(self, metadata, results):
+        return None
+
+
+def test_writer_phases_time_the_data_phase_until_the_future_is_ready():
+    writer = _LateWriter(0.2)
+    phases = WriterPhases(writer)
+    assert writer.prepare_local_plan("plan") == "plan"
+    assert writer.prepare_global_plan(["a", "b"]) == ["a", "b"]
+    assert phases.plan_s > 0 and phases.finish_s is None
+    future = writer.write_data("plan", None)
+    assert future.wait() == ["written"]  # what DCP waits on: the chained future
+    assert phases.data_end_unix_s >= writer.completed_at > phases.data_start_unix_s
+    writer.finish(None, [])
+    assert phases.finish_s is not None and phases.finish_s >= 0
+    assert type(writer).write_data is _LateWriter.write_data  # the class is left as it was
+    failing = _LateWriter(0.0, OSError("disk gone"))
+    WriterPhases(failing)
+    with pytest.raises(Exception, match="disk gone"):
+        failing.write_data("plan", None).wait()
+
+
+def test_save_probe_measures_a_real_save_round_trip(tmp_path):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+
+    from gcsckpt.models.state import expected_bytes
+
+    state = {"w": torch.arange(1 << 20, dtype=torch.float32), "step": torch.tensor(7)}
+    writer = make_writer("localfs", "bkt", "p", None, folder=str(tmp_path / "save"))
+    probe = SaveProbe(writer, expected_bytes(state))
+    with pytest.raises(RuntimeError, match="before the probed save ran"):
+        probe.result()
+    with probe:
+        before = time.time()
+        dcp.save(state, storage_writer=writer)  # no process group: one rank, the coordinator
+        after = time.time()
+    measures = probe.result()
+    assert measures.state_bytes == (4 << 20) + 8
+    assert 0 < measures.rss_start_bytes <= measures.rss_peak_bytes
+    assert before <= measures.data_start_unix_s <= measures.data_end_unix_s <= after
+    assert measures.data_s <= after - before
+    assert measures.finish_s is not None and measures.plan_s >= 0
+    loaded = {"w": torch.zeros(1 << 20), "step": torch.tensor(0)}
+    dcp.load(loaded, storage_reader=FileSystemReader(str(tmp_path / "save")))
+    assert torch.equal(loaded["w"], state["w"]) and int(loaded["step"]) == 7
+
+
+def test_release_free_memory_returns_freed_heap_pages_before_a_save():
+    import psutil
+
+    process = psutil.Process()
+    chunks = [bytearray(b"x" * (64 << 10)) for _ in range(2048)]  # 128 MiB of heap chunks
+    kept = chunks[::64]  # one chunk in 64 stays, so the heap cannot just shrink at its top
+    del chunks
+    before = process.memory_info().rss
+    assert release_free_memory() is True  # glibc: malloc_trim(0)
+    assert before - process.memory_info().rss >= 100 << 20
+    assert len(kept) == 32

@@ -1,5 +1,6 @@
 """PNG bar chart of mean throughput per case and arm, whiskers at the min/max round; each case's
-label carries the candidate's ratio to the baseline and to the best peer.
+label carries the candidate's ratio to the baseline, to the best peer and, for saves with the
+``localfs`` reference, to that reference (from the rows' ratio columns).
 
 Uses matplotlib's object API with the Agg canvas (no pyplot, no display, no global backend
 switch). The y axis turns logarithmic when readers differ by more than 20x, so the slower
@@ -16,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from gcsckpt.bench.publish.table import peer_ratio, reader_order, throughput_ratio
-from gcsckpt.bench.record.metrics import THROUGHPUT_COLUMN
+from gcsckpt.bench.record.metrics import REFERENCE_RATIO_COLUMN, THROUGHPUT_COLUMN, is_peer
 
 Row = Mapping[str, Any]
 _MB = 1e6
@@ -38,12 +39,25 @@ def _bar_values(row: Row | None) -> tuple[float, float, float] | None:
 
 
 def _ratio_label(rows: Sequence[Row], case: str, candidate: str, baseline: str) -> str:
-    """The candidate's ratios on ``case``: to the baseline, and to the best peer when peer arms
-    ran (e.g. ``gcsckpt: 54.0x fsspec, 4.4x (msc) best peer``)."""
+    """The candidate's ratios on ``case``: to the baseline, to the best peer when peer arms
+    ran, and to the reference when its row has that ratio (e.g. ``gcsckpt: 54.0x fsspec,
+    4.4x (msc) best peer``)."""
     ratio = throughput_ratio(rows, case, candidate, baseline)
     parts = [f"{ratio:.1f}x {baseline}" if ratio is not None else f"n/a {baseline}"]
-    if any(r["workload_implementation"] not in (candidate, baseline) for r in rows):
+    if any(is_peer(r["workload_implementation"], candidate, baseline) for r in rows):
         parts.append(f"{peer_ratio(rows, case, candidate, baseline)} best peer")
+    ours = next(
+        (
+            r
+            for r in rows
+            if r["benchmark_case_id"] == case and r["workload_implementation"] == candidate
+        ),
+        None,
+    )
+    if ours is not None and ours.get(REFERENCE_RATIO_COLUMN) is not None:
+        parts.append(
+            f"{ours[REFERENCE_RATIO_COLUMN]:.2f}x {ours['reference_implementation']} (reference)"
+        )
     return f"{candidate}: {', '.join(parts)}"
 
 

@@ -1,7 +1,9 @@
 """Markdown comparison of readers: a summary (throughput per reader and the candidate/baseline
-ratio per case, plus the candidate/best-peer ratio when peer arms ran) and a detail table
-(timings, requests, amplification, resources per row). Save rows (case ids ``save-...``) sit in
-the same tables, their throughput being bytes written per second.
+ratio per case, plus the candidate/best-peer ratio when peer arms ran), a save table when saves
+ran (where a save's time goes, whole ``dcp.save`` against its data phase, and each rank's memory)
+and a detail table (timings, requests, amplification, resources per row). Save rows (case ids
+``save-...``) sit in the summary and detail tables too, their throughput being bytes written per
+second of the whole ``dcp.save``. Reference arms (``localfs``) are shown, never counted as peers.
 
 Throughput is shown in MB/s (10**6 bytes per second), the unit of the design notes.
 """
@@ -12,10 +14,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from gcsckpt.bench.record.metrics import THROUGHPUT_COLUMN, best_peer
+from gcsckpt.bench.record.case_result import SCENARIO_WRITE
+from gcsckpt.bench.record.metrics import (
+    DATA_PHASE_THROUGHPUT_COLUMN,
+    THROUGHPUT_COLUMN,
+    best_peer,
+    is_peer,
+)
 
 Row = Mapping[str, Any]
 _MB = 1e6
+_MiB = 2**20
 _MISSING = "n/a"
 
 
@@ -99,7 +108,7 @@ def summary_table(
     """
     readers = reader_order(rows, candidate, baseline)
     cases = list(dict.fromkeys(row["benchmark_case_id"] for row in rows))
-    peers = [r for r in readers if r not in (candidate, baseline)]
+    peers = [r for r in readers if is_peer(r, candidate, baseline)]
     header = ["case", *(f"{r} MB/s" for r in readers), f"{candidate}/{baseline}"]
     if peers:
         header.append(f"{candidate}/best peer")
@@ -130,6 +139,103 @@ def summary_table(
             cells.append(_MISSING if ceiling is None or top is None else f"{top / ceiling:.2f}")
         body.append([case, *cells])
     return markdown_table(header, body)
+
+
+def _fraction(value: float | None, ceiling: float | None) -> str:
+    return _MISSING if value is None or not ceiling else f"{value / ceiling:.2f}"
+
+
+def save_table(
+    rows: Sequence[Row],
+    candidate: str = "gcsckpt",
+    baseline: str = "fsspec",
+    ceilings: Mapping[str, float] | None = None,
+) -> str:
+    """One line per save row (``checkpoint_write``): where the save's time went and each rank's
+    memory; "" when there are none.
+
+    Columns: the whole ``dcp.save`` (mean seconds, MB/s, fraction of the upload ceiling), its
+    data phase (the longest rank's ``write_data`` until its future's value was ready: seconds,
+    "upload-phase" MB/s = bytes written / data phase, fraction of the ceiling), the rest of the
+    save (DCP's own planning, pickling and collectives, the writer's planning and finish), the
+    candidate's whole-save throughput over this writer's (on the ``localfs`` reference's line:
+    how close the candidate comes to a save whose storage is nearly free), and memory: the
+    highest peak RSS of any rank, that rank's bound (1.1 x its state bytes + 256 MiB), whether
+    every rank stayed within its own bound, and the largest peak-minus-start increase (what the
+    save itself added). Absolute RSS includes torch itself (~200-400 MiB of libraries) and the
+    state; the figures are printed, never asserted.
+
+    Args:
+      rows: result rows (``metrics.case_row``).
+      candidate, baseline: the candidate arm (its ratio column) and the stock arm.
+      ceilings: case id -> the endpoint's upload ceiling, bytes/s (n/a where absent).
+    """
+    saves = [r for r in rows if r.get("workload_scenario") == SCENARIO_WRITE]
+    if not saves:
+        return ""
+    ceilings = ceilings or {}
+    header = [
+        "case",
+        "writer",
+        "status",
+        "whole dcp.save s",
+        "whole dcp.save MB/s",
+        "whole / ceiling",
+        "data phase s",
+        "data phase MB/s",
+        "data phase / ceiling",
+        "outside data phase s",
+        f"{candidate} / this writer",
+        "peak RSS MiB (max rank)",
+        "bound MiB (that rank)",
+        "every rank within bound",
+        "peak - start MiB (max rank)",
+    ]
+    order = reader_order(saves, candidate, baseline)
+    cases = list(dict.fromkeys(r["benchmark_case_id"] for r in saves))
+    body = []
+    for case in cases:
+        by_writer = {
+            r["workload_implementation"]: r for r in saves if r["benchmark_case_id"] == case
+        }
+        ours = _throughput(by_writer.get(candidate))
+        ceiling = ceilings.get(case)
+        for writer in (w for w in order if w in by_writer):
+            row = by_writer[writer]
+            whole = _throughput(row)
+            data = row.get(DATA_PHASE_THROUGHPUT_COLUMN) if whole is not None else None
+            within = row.get("save_rss_peak_within_bound")
+            body.append(
+                [
+                    case,
+                    writer,
+                    row.get("status", _MISSING),
+                    _number(row.get("round_duration_mean_seconds"), ".2f"),
+                    _number(whole, ".1f", _MB),
+                    _fraction(whole, ceiling),
+                    _number(row.get("save_data_phase_mean_seconds"), ".2f"),
+                    _number(data, ".1f", _MB),
+                    _fraction(data, ceiling),
+                    _number(row.get("save_outside_data_phase_mean_seconds"), ".2f"),
+                    _MISSING if ours is None or not whole else f"{ours / whole:.2f}x",
+                    _number(row.get("save_rss_peak_bytes_per_rank_max"), ".0f", _MiB),
+                    _number(row.get("save_rss_bound_bytes_at_peak_rank"), ".0f", _MiB),
+                    _MISSING if within is None else ("yes" if within else "no"),
+                    _number(row.get("save_rss_increase_bytes_per_rank_max"), ".0f", _MiB),
+                ]
+            )
+    return markdown_table(header, body)
+
+
+SAVE_TABLE_NOTE = (
+    "whole dcp.save: first rank's start to last rank's end of dcp.save; data phase: the longest "
+    "rank's write_data until its future's value was ready (MB/s = bytes written / data phase); "
+    "outside data phase: DCP's own planning, pickling and collectives plus the writer's "
+    "planning and finish. localfs is torch's stock FileSystemWriter into local tmpfs, a "
+    "reference (storage nearly free), not a peer. RSS is each rank process's own, sampled every "
+    "15 ms during dcp.save; absolute RSS includes torch itself (~200-400 MiB of libraries) and "
+    "the state; bound = 1.1 x the rank's state bytes + 256 MiB."
+)
 
 
 def detail_table(rows: Sequence[Row]) -> str:
@@ -186,11 +292,20 @@ def format_report(
     baseline: str = "fsspec",
     ceilings: Mapping[str, float] | None = None,
 ) -> str:
-    """Both tables under Markdown headings (``ceilings`` as in ``summary_table``)."""
+    """The tables under Markdown headings (``ceilings`` as in ``summary_table``): summary,
+    saves (when any save row), details."""
+    saves = save_table(rows, candidate, baseline, ceilings)
+    saves_section = (
+        f"## Saves: whole dcp.save vs data phase, memory per rank\n\n{saves}\n\n"
+        f"{SAVE_TABLE_NOTE}\n\n"
+        if saves
+        else ""
+    )
     return (
         f"## Checkpoint throughput ({candidate} vs {baseline} and the peers; save-... rows: "
         "bytes written)\n\n"
         f"{summary_table(rows, candidate, baseline, ceilings)}\n\n"
+        f"{saves_section}"
         f"## Details\n\n{detail_table(rows)}\n"
     )
 

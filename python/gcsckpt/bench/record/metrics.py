@@ -32,6 +32,7 @@ from gcsckpt.bench.record.case_result import (
 )
 from gcsckpt.bench.record.host import HostFacts
 from gcsckpt.bench.record.resources import ResourceUsage
+from gcsckpt.bench.worker.arms import REFERENCES
 
 Row = dict[str, Any]
 
@@ -39,6 +40,8 @@ WORKLOAD_FAMILY = "checkpointing"
 THROUGHPUT_COLUMN = "checkpoint_read_throughput_mean_bytes_per_second"
 RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_baseline"
 PEER_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_best_peer"
+REFERENCE_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_reference"
+DATA_PHASE_THROUGHPUT_COLUMN = "save_data_phase_throughput_mean_bytes_per_second"
 
 _PERCENTILES = (50, 90, 95, 99)
 
@@ -160,6 +163,73 @@ def counter_columns(rounds: Sequence[RoundRecord]) -> Row:
     }
 
 
+SAVE_COLUMNS = (
+    "save_state_bytes_per_rank_max",
+    "save_rss_start_bytes_per_rank_max",
+    "save_rss_peak_bytes_per_rank_max",
+    "save_rss_bound_bytes_at_peak_rank",
+    "save_rss_peak_within_bound",
+    "save_rss_increase_bytes_per_rank_max",
+    "save_plan_seconds_per_rank_max",
+    "save_finish_mean_seconds",
+    "save_data_phase_mean_seconds",
+    "save_outside_data_phase_mean_seconds",
+    DATA_PHASE_THROUGHPUT_COLUMN,
+)
+
+
+def save_columns(rounds: Sequence[RoundRecord], bytes_per_round: int | None, timed: bool) -> Row:
+    """A save's per-rank memory and phase columns (``RoundRecord.rank_saves``); all None when
+    any round lacks them (loads, or a writer whose ranks did not measure).
+
+    Memory over every (round, rank): the highest peak RSS, the bound ``1.1 x state bytes +
+    256 MiB`` of the rank (and round) that had it, whether every rank stayed within its own
+    bound, the highest state bytes and start RSS, and the largest peak-minus-start increase.
+    Absolute RSS includes torch itself (~200-400 MiB of libraries) and the state.
+
+    Phases: the writer's planning seconds (most of any rank), the coordinator's ``finish``
+    (mean over rounds), the data phase per round (the longest rank's ``write_data`` until its
+    future's value was ready; mean over rounds), the rest of the round's wall time (DCP's own
+    planning, pickling and collectives plus ``finish``; mean), and the upload-phase throughput,
+    ``bytes_per_round / data phase`` (mean of per-round values, bytes/s). With ``timed`` False
+    (a failed result) the time-based columns are None, as the round durations are.
+    """
+    columns: Row = dict.fromkeys(SAVE_COLUMNS)
+    if not rounds or any(r.rank_saves is None for r in rounds):
+        return columns
+    samples = [save for r in rounds for save in r.rank_saves]
+    top = max(samples, key=lambda save: save.rss_peak_bytes)
+    finishes = [
+        max(f for f in (save.finish_s for save in r.rank_saves) if f is not None)
+        for r in rounds
+        if any(save.finish_s is not None for save in r.rank_saves)
+    ]
+    columns.update(
+        {
+            "save_state_bytes_per_rank_max": max(s.state_bytes for s in samples),
+            "save_rss_start_bytes_per_rank_max": max(s.rss_start_bytes for s in samples),
+            "save_rss_peak_bytes_per_rank_max": top.rss_peak_bytes,
+            "save_rss_bound_bytes_at_peak_rank": top.rss_bound_bytes,
+            "save_rss_peak_within_bound": all(
+                s.rss_peak_bytes <= s.rss_bound_bytes for s in samples
+            ),
+            "save_rss_increase_bytes_per_rank_max": max(s.rss_increase_bytes for s in samples),
+            "save_plan_seconds_per_rank_max": max(s.plan_s for s in samples),
+            "save_finish_mean_seconds": float(np.mean(finishes)) if finishes else None,
+        }
+    )
+    if not timed:
+        return columns
+    data = [r.data_phase_s for r in rounds]
+    columns["save_data_phase_mean_seconds"] = float(np.mean(data))
+    columns["save_outside_data_phase_mean_seconds"] = float(
+        np.mean([r.duration_s - d for r, d in zip(rounds, data, strict=True)])
+    )
+    if bytes_per_round is not None and min(data) > 0:
+        columns[DATA_PHASE_THROUGHPUT_COLUMN] = float(np.mean([bytes_per_round / d for d in data]))
+    return columns
+
+
 def resource_columns(usage: ResourceUsage | None) -> Row:
     """Process-tree CPU (cores), memory (bytes) and host network (bytes, bytes/s) columns."""
     if usage is None:
@@ -225,7 +295,9 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
     the bytes one save wrote and a count of 1 (replicated entries are written once). For a
     failed result the round-duration and throughput columns are None (its timings are not a
     valid measurement) while counters and resources stay, for diagnosis.
-    ``rank_counters_json`` holds the last round's per-rank counters.
+    ``rank_counters_json`` holds the last round's per-rank counters; a save row also has the
+    ranks' memory and phase columns (:func:`save_columns`) and ``rank_saves_json``, the last
+    round's per-rank RankSave measures.
 
     Raises:
       ValueError: reader options that are not JSON-serializable.
@@ -238,6 +310,7 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
     size = result.checkpoint_physical_size_bytes
     bytes_per_round = None if size is None else size * read_count
     last_counters = rounds[-1].rank_counters if rounds else None
+    last_saves = rounds[-1].rank_saves if rounds else None
 
     row: Row = {
         "run_id": run.run_id,
@@ -285,36 +358,65 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         "baseline_implementation": None,
         PEER_RATIO_COLUMN: None,
         "best_peer_implementation": None,
+        REFERENCE_RATIO_COLUMN: None,
+        "reference_implementation": None,
         **counter_columns(rounds),
         "rank_counters_json": (
             None
             if last_counters is None
             else _json_text([c.as_dict() for c in last_counters], "rank counters")
         ),
+        **save_columns(rounds, bytes_per_round, timed=ok),
+        "rank_saves_json": (
+            None
+            if last_saves is None
+            else _json_text([m.as_dict() for m in last_saves], "rank save measures")
+        ),
         **resource_columns(result.resources),
     }
     return row
 
 
+def is_peer(implementation: str, candidate: str, baseline: str) -> bool:
+    """Whether an arm is a peer: neither the candidate, nor the stock baseline, nor a
+    reference (``arms.REFERENCES``, e.g. ``localfs``: a floor, not a competitor)."""
+    return implementation not in (candidate, baseline, *REFERENCES)
+
+
 def best_peer(rows: Iterable[Row], case: str, candidate: str, baseline: str) -> Row | None:
-    """The fastest ok row of ``case`` from an arm that is neither ``candidate`` nor ``baseline``
-    (highest mean throughput), or None when no peer has one."""
+    """The fastest ok row of ``case`` from a peer arm (:func:`is_peer`; highest mean
+    throughput), or None when no peer has one."""
     peers = [
         row
         for row in rows
         if row["benchmark_case_id"] == case
-        and row["workload_implementation"] not in (candidate, baseline)
+        and is_peer(row["workload_implementation"], candidate, baseline)
         and row.get("status") == STATUS_OK
         and row.get(THROUGHPUT_COLUMN)
     ]
     return max(peers, key=lambda row: row[THROUGHPUT_COLUMN]) if peers else None
 
 
+def reference_row(rows: Iterable[Row], case: str) -> Row | None:
+    """The ok row of ``case`` from the first reference arm (``arms.REFERENCES`` order) with a
+    measured throughput, or None."""
+    found = {
+        row["workload_implementation"]: row
+        for row in rows
+        if row["benchmark_case_id"] == case
+        and row["workload_implementation"] in REFERENCES
+        and row.get("status") == STATUS_OK
+        and row.get(THROUGHPUT_COLUMN)
+    }
+    return next((found[name] for name in REFERENCES if name in found), None)
+
+
 def add_baseline_ratios(
     rows: Iterable[Row], baseline: str = "fsspec", candidate: str = "gcsckpt"
 ) -> list[Row]:
     """Copies of ``rows`` with the throughput ratio to the baseline reader of the same case,
-    and on the candidate's rows the ratio to the best peer (see :func:`best_peer`).
+    and on the candidate's rows the ratio to the best peer (see :func:`best_peer`) and to the
+    reference arm (``localfs`` saves, see :func:`reference_row`).
 
     For each row whose run and case also have a row from ``baseline`` with a measured mean
     throughput > 0, sets ``checkpoint_read_throughput_ratio_to_baseline`` = row mean throughput ÷
@@ -335,6 +437,10 @@ def add_baseline_ratios(
             if peer is not None:
                 row[PEER_RATIO_COLUMN] = own / peer[THROUGHPUT_COLUMN]
                 row["best_peer_implementation"] = peer["workload_implementation"]
+            reference = reference_row(same_run, row["benchmark_case_id"])
+            if reference is not None:
+                row[REFERENCE_RATIO_COLUMN] = own / reference[THROUGHPUT_COLUMN]
+                row["reference_implementation"] = reference["workload_implementation"]
         reference = baselines.get((row["run_id"], row["benchmark_case_id"]))
         if reference is None:
             continue

@@ -146,11 +146,13 @@ def rounds_note(config: RunConfig, cases: list[Case]) -> str:
     note = f"Timed rounds per case: {', '.join(per_reader)}."
     saved = [c for c in cases if config.saves_case(c.name)]
     if saved:
-        counts = sorted({config.save_rounds_for(c.rounds) for c in saved})
+        per_writer = []
+        for writer in config.writers:
+            counts = sorted({config.save_rounds_for(c.rounds, writer) for c in saved})
+            per_writer.append(f"{writer} {'/'.join(str(n) for n in counts)}")
         note += (
-            f" Timed saves per writer ({', '.join(config.writers)}): "
-            f"{'/'.join(str(n) for n in counts)} on {len(saved)} case(s), each verified by a "
-            "stock load."
+            f" Timed saves per writer: {', '.join(per_writer)} on {len(saved)} case(s), each "
+            "verified by a stock load."
         )
     candidate_most = max(config.rounds_for(CANDIDATE_READER, c.rounds) for c in cases)
     if (
@@ -182,9 +184,11 @@ class _Run:
         """The reader's settings recorded with its rows."""
         return arms.reader_settings(reader, emulator=self.storage.endpoint is not None)
 
-    def writer_options(self, writer: str) -> dict[str, Any]:
-        """The writer's settings recorded with its save rows."""
-        return arms.writer_settings(writer, emulator=self.storage.endpoint is not None)
+    def writer_options(self, writer: str, local_root: str | None = None) -> dict[str, Any]:
+        """The writer's settings recorded with its save rows (``local_root``: localfs's)."""
+        return arms.writer_settings(
+            writer, emulator=self.storage.endpoint is not None, local_root=local_root
+        )
 
     def say(self, text: str) -> None:
         if self.launcher.is_leader:
@@ -334,12 +338,28 @@ class _Run:
             results.append(result)
         return results
 
-    def saves(self, case: Case, info: CaseInfo, spec: Storage) -> list[CaseResult]:
+    def saves(
+        self, case: Case, info: CaseInfo, spec: Storage, checkpoint_bytes: int | None = None
+    ) -> list[CaseResult]:
         """Every writer's timed saves on the case, interleaved per round, as CaseResults named
-        ``save-...`` (a writer that fails is reported, never dropped)."""
-        rounds = self.config.save_rounds_for(case.rounds)
+        ``save-...`` (a writer that fails is reported, never dropped). ``checkpoint_bytes``
+        (the case's stored checkpoint) decides where the localfs reference saves
+        (``arms.local_save_root``; unknown: the job's scratch dir)."""
+        local_root = None
+        if arms.LOCALFS in self.config.writers:
+            local_root = self.launcher.agree(arms.local_save_root(checkpoint_bytes))
         jobs = {
-            writer: (SaveJob(case, spec, writer, 1, self.config.device), rounds)
+            writer: (
+                SaveJob(
+                    case,
+                    spec,
+                    writer,
+                    1,
+                    self.config.device,
+                    local_root=local_root if writer == arms.LOCALFS else None,
+                ),
+                self.config.save_rounds_for(case.rounds, writer),
+            )
             for writer in self.config.writers
         }
         outcomes = self.interleaved(jobs)
@@ -350,8 +370,10 @@ class _Run:
                 save_case_info(info),
                 writer,
                 gathered,
-                rounds,
-                writer_options=self.writer_options(writer),
+                jobs[writer][1],
+                writer_options=self.writer_options(
+                    writer, local_root if writer == arms.LOCALFS else None
+                ),
                 resources=usage,
                 error=error,
             )
@@ -384,7 +406,7 @@ class _Run:
             ]
         results = self.loads(case, info, spec, manifest)
         if self.config.saves_case(case.name):
-            results.extend(self.saves(case, info, spec))
+            results.extend(self.saves(case, info, spec, manifest.physical_size_bytes))
         return results
 
 

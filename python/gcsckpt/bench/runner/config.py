@@ -9,7 +9,7 @@ from gcsckpt.bench.cases.catalogue import Case
 from gcsckpt.bench.cases.selection import select_run_cases
 from gcsckpt.bench.runner.bucket_type import run_bucket_type
 from gcsckpt.bench.runner.storage import DEFAULT_LOCAL_DIR
-from gcsckpt.bench.worker.arms import PEERS, READERS, WRITERS
+from gcsckpt.bench.worker.arms import PEERS, READERS, REFERENCES, WRITERS
 from gcsckpt.dcp.paths import parse_checkpoint_id
 from gcsckpt.models.configs import SCALES
 
@@ -27,10 +27,13 @@ class RunConfig:
       catalogue: catalogue YAML path; None: the shipped one.
       bucket: ``gs://bucket[/prefix]``; None: the embedded local endpoint.
       endpoint: emulator URL for ``bucket`` (None: real GCS).
-      readers: readers to run, in order (among ``gcsckpt``, ``fsspec``, ``msc``); default: the
-        two the runner started with (the programs' ``--readers`` default is every reader).
-      writers: writers of the save phase, in order (same names); empty: no save phase.
+      readers: readers to run, in order (``arms.READERS``); default: the two the runner
+        started with (the programs' ``--readers`` default is every reader).
+      writers: writers of the save phase, in order (``arms.WRITERS``: the readers' names and
+        the ``localfs`` reference); empty: no save phase.
       save_rounds: timed saves per case and writer; None: same as ``rounds`` (or the case's).
+      reference_rounds: timed saves of the reference writers (``arms.REFERENCES``: localfs);
+        None: same as ``save_rounds``.
       save_cases: globs of the (load) case names the save phase runs on; empty: every case.
       rounds: timed rounds per case for every reader but the baseline; None: the case's.
       baseline_rounds: rounds for the ``fsspec`` baseline; None: same as ``rounds``.
@@ -67,6 +70,7 @@ class RunConfig:
     readers: tuple[str, ...] = ("gcsckpt", BASELINE_READER)
     writers: tuple[str, ...] = ()
     save_rounds: int | None = None
+    reference_rounds: int | None = None
     save_cases: tuple[str, ...] = ()
     rounds: int | None = None
     baseline_rounds: int | None = None
@@ -112,6 +116,7 @@ class RunConfig:
             "baseline_rounds",
             "peer_rounds",
             "save_rounds",
+            "reference_rounds",
             "world_size_override",
         ):
             value = getattr(self, flag)
@@ -152,8 +157,11 @@ class RunConfig:
         keep = any(fnmatch.fnmatchcase(case_name, p) for p in self.baseline_cases)
         return tuple(r for r in self.readers if r != BASELINE_READER or keep)
 
-    def save_rounds_for(self, case_rounds: int) -> int:
-        """Timed saves of each writer on a case whose catalogue entry asks for ``case_rounds``."""
+    def save_rounds_for(self, case_rounds: int, writer: str | None = None) -> int:
+        """Timed saves of ``writer`` (None: any non-reference writer) on a case whose catalogue
+        entry asks for ``case_rounds``."""
+        if writer in REFERENCES and self.reference_rounds is not None:
+            return self.reference_rounds
         if self.save_rounds is not None:
             return self.save_rounds
         return self.rounds if self.rounds is not None else case_rounds

@@ -40,10 +40,17 @@ flags.DEFINE_list("readers", list(READERS), f"Readers to run, in order ({', '.jo
 flags.DEFINE_list(
     "writers",
     [],
-    f"Writers of the save phase, in order ({', '.join(WRITERS)}); empty: no save phase.",
+    f"Writers of the save phase, in order ({', '.join(WRITERS)}; localfs: torch's stock "
+    "FileSystemWriter into local tmpfs, a reference for what dcp.save costs when storage is "
+    "nearly free, never a peer); empty: no save phase.",
 )
 flags.DEFINE_integer(
     "save_rounds", None, "Timed saves per case and writer. Default: same as --rounds."
+)
+flags.DEFINE_integer(
+    "reference_rounds",
+    None,
+    "Timed saves of the reference writer (localfs). Default: same as --save_rounds.",
 )
 flags.DEFINE_integer(
     "upload_ceiling_rounds",
@@ -117,6 +124,7 @@ def config_from_flags() -> RunConfig:
             readers=tuple(FLAGS.readers),
             writers=tuple(FLAGS.writers),
             save_rounds=FLAGS.save_rounds,
+            reference_rounds=FLAGS.reference_rounds,
             save_cases=tuple(FLAGS.save_cases),
             rounds=FLAGS.rounds,
             baseline_rounds=FLAGS.baseline_rounds,

@@ -54,6 +54,7 @@ def _rounds(ranks: Sequence[RankLoadResult]) -> list[RoundRecord]:
     records = []
     for index in range(complete):
         per_rank = [r.rounds[index] for r in ranks]
+        saves = [p.save for p in per_rank]
         records.append(
             RoundRecord(
                 rank_start_unix_s=[p.start_unix_s for p in per_rank],
@@ -61,6 +62,7 @@ def _rounds(ranks: Sequence[RankLoadResult]) -> list[RoundRecord]:
                 rank_counters=[
                     RankCounters.from_mapping(p.counters, rank) for rank, p in enumerate(per_rank)
                 ],
+                rank_saves=None if any(m is None for m in saves) else saves,
             )
         )
     return records

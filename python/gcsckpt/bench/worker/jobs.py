@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from gcsckpt.bench.record.case_result import RankSave
 from gcsckpt.bench.worker.arms import READERS, WRITERS, arm_python
 
 SAVE_SEED = 20240924  # the seed of the saved state (OLMoE-1B-7B-0924's release date)
@@ -124,6 +125,8 @@ class SaveJob:
       first_round: as in LoadJob.
       verify: verify each save in this job (stock load); False: leave the save in place for a
         ``VerifySaveJob`` on the main interpreter (for arms that run on a venv of their own).
+      local_root: for the ``localfs`` reference writer, the folder its saves go below
+        (``arms.local_save_root``: ``/dev/shm`` when it has room); None: the job's scratch dir.
     """
 
     case: Any
@@ -133,6 +136,7 @@ class SaveJob:
     device: str = "cpu"
     first_round: int = 0
     verify: bool = True
+    local_root: str | None = None
 
     def __post_init__(self) -> None:
         if self.writer not in WRITERS:
@@ -194,7 +198,10 @@ def with_verification(saved: list[Any], verified: list[Any]) -> list[Any]:
         else:
             timed = save.rounds[0]
             done = dataclasses.replace(
-                check.rounds[0], start_unix_s=timed.start_unix_s, end_unix_s=timed.end_unix_s
+                check.rounds[0],
+                start_unix_s=timed.start_unix_s,
+                end_unix_s=timed.end_unix_s,
+                save=timed.save,
             )
             joined.append(RankLoadResult(save.rank, (done,), written_bytes=check.written_bytes))
     return joined
@@ -216,7 +223,8 @@ class RankRound:
     """One rank's view of one timed round.
 
     Attributes:
-      start_unix_s / end_unix_s: ``time.time()`` right before and after ``dcp.load``.
+      start_unix_s / end_unix_s: ``time.time()`` right before and after ``dcp.load`` (a save
+        job's: ``dcp.save``).
       counters: the reader's counters (names of ``case_result.COUNT_FIELDS`` /
         ``SECONDS_FIELDS``; None values where the reader cannot count).
       committed_tensor_bytes: tensor bytes the planner saw committed.
@@ -224,6 +232,8 @@ class RankRound:
       mismatched: state-dict keys whose checksum differs from the save-time one (first 20).
       mismatch_count: how many keys differ (0 = verified).
       missing: keys present at save time but absent after load, or the reverse (first 20).
+      save: for a timed save, the rank's own memory and phase measures (RankSave); None for
+        loads.
     """
 
     start_unix_s: float
@@ -234,6 +244,7 @@ class RankRound:
     mismatched: tuple[str, ...] = ()
     mismatch_count: int = 0
     missing: tuple[str, ...] = ()
+    save: RankSave | None = None
 
     @property
     def verified(self) -> bool:

@@ -9,6 +9,17 @@ loaded cannot pass), comparing every entry's sha256 with the one taken before th
 checking the committed tensor bytes. Rank 0 then lists the folder (bytes written, for
 throughput) and deletes it, so saves never pile up in the bucket.
 
+Around each timed save every rank also measures itself (``save_probe.SaveProbe``): its own RSS
+right before ``dcp.save`` (after ``release_free_memory``: garbage collected, the C heap's free
+pages returned) and its peak during it (a 15 ms sampling thread), its state bytes, and
+the phases its writer sees (planning, the data phase of ``write_data``, the coordinator's
+``finish``); they travel with the round as ``RankRound.save``.
+
+The ``localfs`` reference writer saves into a folder on this node (``/dev/shm`` or the job's
+scratch dir, see ``arms.local_save_root``); its save is verified from that folder as it is (no
+copy; the same stock reader and checksums) and the folder is then removed. Every rank must be
+on one node.
+
 An arm whose rank processes run on another interpreter (dataflux, on its own venv) saves with
 ``SaveJob(verify=False)``; ``VerifySaveJob`` then runs on the main interpreter, rebuilds the
 round's state from its seed for the checksums and verifies the same way, so every save is
@@ -30,6 +41,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 
+from gcsckpt.bench.record.case_result import RankSave
 from gcsckpt.bench.worker import arms
 from gcsckpt.bench.worker.jobs import (
     SAVE_SEED,
@@ -47,6 +59,7 @@ from gcsckpt.bench.worker.load_job import (
     msc_profile,
 )
 from gcsckpt.bench.worker.planner import counting_planner_for
+from gcsckpt.bench.worker.save_probe import SaveProbe, release_free_memory
 from gcsckpt.bench.worker.setup_job import rank_device
 from gcsckpt.dcp import ObjectStore
 from gcsckpt.models.state import expected_bytes, local_checksums
@@ -83,6 +96,36 @@ def _copy_to_disk(store: ObjectStore, bucket: str, prefix: str, folder: str) -> 
         return sum(pool.map(fetch, objects))
 
 
+def _folder_bytes(folder: str) -> int:
+    """Bytes of every file below ``folder`` (a local save: its ``.distcp`` files and
+    ``.metadata``)."""
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(folder)
+        for name in names
+    )
+
+
+def _local_folder(job: SaveJob, index: int, scratch: str) -> str:
+    """The ``localfs`` save folder of round ``index``: below ``job.local_root`` (``/dev/shm``)
+    with the job's scratch id in its name, else inside the job's scratch dir.
+
+    Raises:
+      ValueError: the ranks span more than one node (the folder is node-local).
+    """
+    world = dist.get_world_size()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if local_world != world:
+        raise ValueError(
+            f"the {arms.LOCALFS} reference writes to a node-local folder and needs every rank "
+            f"on one node (world size {world}, {local_world} ranks on this node)"
+        )
+    name = f"{arms.LOCALFS}-round{index + 1}"
+    if job.local_root is None:
+        return os.path.join(scratch, name)
+    return os.path.join(job.local_root, f"gcsckpt-bench-{os.path.basename(scratch)}-{name}")
+
+
 def _verify(
     job: SaveJob | VerifySaveJob,
     index: int,
@@ -93,10 +136,14 @@ def _verify(
     store: ObjectStore | None,
     scratch: str,
     report,
+    measures: RankSave | None = None,
+    local_folder: str | None = None,
 ) -> tuple[RankRound | None, int | None, str | None]:
     """Loads round ``index``'s save back with torch's stock ``FileSystemReader`` from a
-    byte-exact copy of its objects on this node's disk, into a state built with the setup seed,
-    and compares every entry with ``saved_sums``; rank 0 then lists and empties the folder.
+    byte-exact copy of its objects on this node's disk (a ``localfs`` save: from
+    ``local_folder`` itself), into a state built with the setup seed, and compares every entry
+    with ``saved_sums``; rank 0 then lists and empties the folder (``localfs``: the node's
+    first rank removes it).
 
     Why a copy: the stock FsspecReader over gcsfs sends one GET per item (~40 s per load of the
     scaled OLMoE ep case here, ~4 min for fsdp), which made verification most of the main job's
@@ -105,16 +152,21 @@ def _verify(
     makes the copy.
 
     Returns:
-      (the round, bytes the save left (rank 0; else None), None) or (None, None, error).
+      (the round, carrying ``measures``; bytes the save left (rank 0; else None); None) or
+      (None, None, error).
     """
     label = f"{job.writer} save {index + 1}"
     prefix = job.storage.save_round_prefix(job.writer, index)
-    folder = os.path.join(scratch, f"verify-{job.writer}-round{index + 1}")
+    folder = local_folder or os.path.join(scratch, f"verify-{job.writer}-round{index + 1}")
     copier = os.environ.get("LOCAL_RANK", str(dist.get_rank())) == "0"
+    written = None
     report(f"{label}: verify with the stock reader", 0, 1)
     try:
         try:
-            if copier:
+            if local_folder is not None:
+                if dist.get_rank() == 0:
+                    written = _folder_bytes(local_folder)
+            elif copier:
                 copy_store = store or ObjectStore(job.storage.endpoint)
                 try:
                     _copy_to_disk(copy_store, job.storage.bucket, prefix, folder)
@@ -129,7 +181,7 @@ def _verify(
             planner = counting_planner_for(VERIFY_READER)
             dcp.load(target, storage_reader=FileSystemReader(folder), planner=planner)
         except (Exception, CheckpointException) as err:
-            if store is not None:
+            if store is not None and local_folder is None:
                 _empty(store, job.storage.bucket, prefix)
             return None, None, f"verifying load: {describe_error(err)}"
         dist.barrier()
@@ -146,8 +198,10 @@ def _verify(
         mismatched=tuple(differ[:LISTED_KEYS]),
         mismatch_count=len(differ),
         missing=tuple(missing[:LISTED_KEYS]),
+        save=measures,
     )
-    written = _empty(store, job.storage.bucket, prefix) if store is not None else None
+    if store is not None and local_folder is None:
+        written = _empty(store, job.storage.bucket, prefix)
     dist.barrier()  # nobody builds the next state before the folder is gone
     report(f"{label}: verified", 1, 1)
     del target, planner
@@ -189,37 +243,59 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
             report(f"{label}: build state", 0, None)
             state = _round_state(job, index, mesh, device)
             saved_sums = local_checksums(state)
-            if store is not None:
+            folder = None
+            if job.writer == arms.LOCALFS:
+                folder = _local_folder(job, index, scratch)
+                if rank == 0:
+                    shutil.rmtree(folder, ignore_errors=True)
+            elif store is not None:
                 _empty(store, job.storage.bucket, prefix)
             profile = None
             if job.writer == "msc":
                 profile = msc_profile(scratch, "msc-writer", index, job.storage, cache=False)
             writer = arms.make_writer(
-                job.writer, job.storage.bucket, prefix, job.storage.endpoint, profile
+                job.writer, job.storage.bucket, prefix, job.storage.endpoint, profile, folder
             )
+            probe = SaveProbe(writer, expected_bytes(state))
+            release_free_memory()  # the start RSS is memory in use (see its docstring)
             dist.barrier()
             report(f"{label}: save", 0, 1)
-            start = time.time()
             try:
-                dcp.save(state, storage_writer=writer)
-                if device.type == "cuda":
-                    torch.cuda.synchronize(device)
+                with probe:
+                    start = time.time()
+                    dcp.save(state, storage_writer=writer)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    end = time.time()
+                measures = probe.result()
             except (Exception, CheckpointException) as err:
-                if store is not None:
+                if folder is not None:
+                    if rank == 0:
+                        shutil.rmtree(folder, ignore_errors=True)
+                elif store is not None:
                     _empty(store, job.storage.bucket, prefix)  # a failed save leaves nothing
                 return RankLoadResult(rank, tuple(rounds), error=describe_error(err))
             finally:
                 if profile is not None:
                     profile.close()
-            end = time.time()
             dist.barrier()
-            del state, writer
+            del state, writer, probe
             gc.collect()
             if not job.verify:
-                rounds.append(RankRound(start, end, {}, 0, 0, mismatch_count=-1))
+                rounds.append(RankRound(start, end, {}, 0, 0, mismatch_count=-1, save=measures))
                 continue
             done, size, error = _verify(
-                job, index, saved_sums, (start, end), mesh, device, store, scratch, report
+                job,
+                index,
+                saved_sums,
+                (start, end),
+                mesh,
+                device,
+                store,
+                scratch,
+                report,
+                measures=measures,
+                local_folder=folder,
             )
             if error is not None:
                 return RankLoadResult(rank, tuple(rounds), error=error)
