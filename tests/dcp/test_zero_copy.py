@@ -3,7 +3,8 @@
 a save's objects are byte-identical to torch's FileSystemWriter's and load with its
 FileSystemReader; the referenced / copied counters for plain tensors, views of larger storages,
 strided and transposed tensors, BYTE_IO items, stream transforms and safetensors; tensors held
-until their upload finished and released after the save."""
+until their upload finished and released after the save, a failed upload or a serializer
+failure."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultSavePlanner
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import SerializationFormat
 
 from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
@@ -26,7 +28,7 @@ from gcsckpt.dcp.upload_pipeline import (
     _HeldTensors,
     _SegmentedStream,
 )
-from gcsckpt.testing import LocalGCS
+from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
 BUCKET = "zero-copy"
 KiB = 1 << 10
@@ -100,18 +102,19 @@ def test_the_stream_references_only_writes_inside_held_storages():
     assert stream.write(view[100_000:300_000]) == 200_000  # inside it: referenced
     assert stream.write(b"header") == 6  # small: copied
     assert stream.write(view[:1000]) == 1000  # inside, but under the threshold: copied
+    assert stream.write(memoryview(np.arange(10, dtype=np.uint8)[::2])) == 5  # strided: copied
     other = np.arange(50_000, dtype=np.int32)  # 200,000 bytes nobody holds: copied
     assert stream.write(memoryview(other).cast("B")) == 200_000
     straddle = np.frombuffer(view, np.uint8)  # [300,000, 400,000 + 1) would leave the storage:
     assert not held.covers(_address(straddle[300_000:]), 100_001)
     assert held.covers(_address(straddle[300_000:]), 100_000)
-    assert stream.tell() == 400_000 + 200_000 + 6 + 1000 + 200_000
-    assert (stream.referenced, stream.copied) == (600_000, 6 + 1000 + 200_000)
+    assert stream.tell() == 400_000 + 200_000 + 6 + 1000 + 5 + 200_000
+    assert (stream.referenced, stream.copied) == (600_000, 6 + 1000 + 5 + 200_000)
     kinds = [type(s).__name__ for s in stream.segments]
     assert kinds == ["memoryview", "memoryview", "bytearray", "bytearray"]
     joined = b"".join(bytes(s) for s in stream.segments)
     expected = raw.tobytes() + raw.tobytes()[100_000:300_000] + b"header"
-    expected += raw.tobytes()[:1000] + other.tobytes()
+    expected += raw.tobytes()[:1000] + bytes([0, 2, 4, 6, 8]) + other.tobytes()
     assert joined == expected
     assert stream.reserved >= stream.copied
     held.clear()
@@ -281,3 +284,43 @@ def test_the_bytes_io_path_matches(gcs):
     buf = io.BytesIO()
     torch.save(tensor, buf)
     assert stored == buf.getvalue()
+
+
+def _weak_state(n: int) -> tuple[dict, list]:
+    state = {f"t{i}": torch.full((100_000,), float(i)) for i in range(n)}
+    return state, [weakref.ref(v.untyped_storage()) for v in state.values()]
+
+
+def test_tensors_are_released_after_a_failed_upload(gcs):
+    state, refs = _weak_state(4)
+    fault = Fault(kind="status", status=403, count=None, media_only=False, object_glob="failed/__*")
+    with FaultProxy(gcs.endpoint, [fault]) as proxy:
+        writer = GCSStorageWriter(
+            f"gs://{BUCKET}/failed", endpoint=proxy.endpoint, thread_count=2, object_bytes=1 << 30
+        )
+        with pytest.raises(CheckpointException, match="403"):
+            dcp.save(state, storage_writer=writer)
+        assert proxy.injected_per_fault[0] >= 1
+    del state, writer
+    gc.collect()
+    assert [r() for r in refs] == [None] * 4
+
+
+class _FailsOnItem(DefaultSavePlanner):
+    """Resolves tensors as usual but raises for the item named `t2`."""
+
+    def resolve_data(self, write_item):
+        if write_item.index.fqn == "t2":
+            raise RuntimeError("planner refused t2")
+        return super().resolve_data(write_item)
+
+
+def test_tensors_are_released_after_a_serializer_failure(gcs):
+    state, refs = _weak_state(4)
+    writer = GCSStorageWriter(f"gs://{BUCKET}/refused", endpoint=gcs.endpoint, thread_count=4)
+    with pytest.raises(CheckpointException, match="planner refused t2"):
+        dcp.save(state, storage_writer=writer, planner=_FailsOnItem())
+    del state, writer
+    gc.collect()
+    assert [r() for r in refs] == [None] * 4
+    assert ObjectStore(gcs.endpoint).list(BUCKET, "refused/") == []  # the rank deleted its objects

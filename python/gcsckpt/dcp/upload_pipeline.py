@@ -253,7 +253,7 @@ class _SegmentedStream:
                 if self._tail is None:
                     self._tail = bytearray()
                     self.segments.append(self._tail)
-                self._tail += view
+                self._tail += view if view.c_contiguous else view.tobytes()
             self.copied += n
         self.length += n
         return n
