@@ -25,9 +25,11 @@ Why this is safe: the uploader reads a span until the upload finished; the pipel
 tensor and its storage that long, and ``GCSStorageWriter.write_data`` returns (its future
 resolves) only after every upload finished. So the tensors must not change while
 ``write_data`` runs, which is torch's own contract for a StorageWriter (its FileSystemWriter
-reads the same tensors during ``write_data``): a synchronous ``dcp.save`` returns only then, and
-``dcp.async_save`` first stages copies (the upload thread reads those; a caching stager reuses
-them only for a later save, after the previous future completed).
+reads the same tensors during ``write_data``): a synchronous ``dcp.save`` returns only then;
+``dcp.async_save``'s default stager (torch 2.13: ``DefaultStager``, no cache) copies the state
+into new CPU tensors for each save, and the upload thread reads those. A stager of the caller's
+that reuses its buffers must not stage the next save before the previous future completed,
+as with torch's own writers.
 
 Memory: copied bytes held at once are bounded by ``staging_bytes`` (the serializer waits for
 uploads to finish before copying more; one object that alone needs more than the budget is
@@ -38,8 +40,8 @@ whatever its size; copying a write into a new bytearray cost 0.5 us at 16 KiB an
 32 KiB (memory the allocator reuses) but 14 us at 48 KiB, 29 us at 64 KiB and 580 us at 1 MiB
 (fresh pages: touching new memory costs ~0.7 s per GiB here, and copied segments stay held
 until their upload, so a save copies into fresh memory). Torch's own records (zip headers,
-pickles, padding) are under 600 bytes. The first failure (serializer or upload)
-stops the pipeline: queued uploads are cancelled, their tensors released, the error raised.
+pickles, padding) are under 600 bytes. The first failure (serializer or upload) stops the
+pipeline: queued uploads are cancelled, their tensors released, the error raised.
 
 Measured (512 MiB of float32 tensors in 8 MiB tensors, 32 objects of 16 MiB, plain LocalGCS;
 2 cores shared with other jobs, load average 7.8-9.4), before (BytesIO staging) and after:
