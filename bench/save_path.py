@@ -6,8 +6,10 @@ resumable uploads in flight) and through the previous path (torch's own per-thre
 each object through an ObjectStore upload stream, google-cloud-storage; `thread_count` objects
 in parallel), on a plain LocalGCS, rounds interleaved (the order alternates), fresh writer and
 fresh prefix per round. Each round's checkpoint is loaded back with GCSStorageReader and
-compared tensor by tensor. Per round: seconds, MB/s, the peak RSS above the RSS before the save
-(psutil, sampled every 5 ms), upload requests and retries. Also times the CRC-32C of a 256 MiB
+compared tensor by tensor. Per round: seconds, MB/s, this process's CPU seconds (user + sys;
+the endpoint runs in processes of its own), the peak RSS above the RSS before the save (psutil,
+sampled every 5 ms), upload requests and retries, and (GCSStorageWriter) the bytes sent from
+tensor memory and the bytes copied. Also times the CRC-32C of a 256 MiB
 buffer (C++ SSE4.2 / table, and google-crc32c's C extension for comparison). Prints a table
 with the load average; writes JSON.
 """
@@ -136,10 +138,16 @@ def save_round(gcs, arm: str, name: str, state: dict) -> dict:
         writer = GCSStorageWriter(url, endpoint=gcs.endpoint, object_bytes=mib << 20)
     else:
         writer = GCSStorageWriter(url, endpoint=gcs.endpoint)
+    proc = psutil.Process()
     with peak_rss() as rss:
+        cpu0 = proc.cpu_times()
         t0 = time.perf_counter()
         dcp.save(state, storage_writer=writer)
         seconds = time.perf_counter() - t0
+        cpu1 = proc.cpu_times()
+    # This process only: the local endpoint's emulator and nginx run in processes of their own.
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    save_stats = writer.save_stats if arm != "objectstore" else None
     uploads = writer.uploads if arm != "objectstore" else []
     loaded = {k: torch.empty_like(v) for k, v in state.items()}
     dcp.load(
@@ -153,7 +161,10 @@ def save_round(gcs, arm: str, name: str, state: dict) -> dict:
     return {
         "arm": arm,
         "seconds": seconds,
+        "cpu_s": cpu_s,
         "mb_per_s": state_bytes / seconds / 1e6,
+        "bytes_referenced": save_stats.bytes_referenced if save_stats else None,
+        "bytes_copied": save_stats.bytes_copied if save_stats else None,
         "extra_rss_mib": rss["extra_mib"],
         "rss_before_mib": rss["start_mib"],
         "peak_rss_mib": rss["peak_mib"],
@@ -197,6 +208,7 @@ def main(argv: list[str]) -> None:
                 rows.append(row)
                 print(
                     f"round {r} {arm:14s} {row['seconds']:6.2f} s {row['mb_per_s']:7.1f} MB/s "
+                    f"CPU {row['cpu_s']:5.2f} s "
                     f"RSS {row['rss_before_mib']:5.0f} -> peak {row['peak_rss_mib']:5.0f} MiB "
                     f"(+{row['extra_rss_mib']:.0f}) objects {row['objects']} "
                     f"requests {row['requests']}",
@@ -213,8 +225,14 @@ def main(argv: list[str]) -> None:
             f"{arm:14s} median {statistics.median(secs):6.2f} s "
             f"({min(secs):.2f}-{max(secs):.2f}), "
             f"{state_bytes / statistics.median(secs) / 1e6:7.1f} MB/s, "
-            f"extra RSS max {max(x['extra_rss_mib'] for x in mine):.0f} MiB"
+            f"extra RSS max {max(x['extra_rss_mib'] for x in mine):.0f} MiB, "
+            f"CPU median {statistics.median(x['cpu_s'] for x in mine):.2f} s"
         )
+        if mine[0]["bytes_referenced"] is not None:
+            print(
+                f"{'':14s} bytes sent from tensor memory {mine[0]['bytes_referenced']:,}, "
+                f"copied {mine[0]['bytes_copied']:,} per save"
+            )
     print(
         f"crc32c over 256 MiB: gcsckpt {crc['gcsckpt_gb_per_s']:.2f} GB/s "
         f"({'sse4.2' if crc['hardware'] else 'table'}), google-crc32c "

@@ -207,32 +207,62 @@ class PyReader {
   std::shared_ptr<Engine> engine_;
 };
 
-// A read-only, C-contiguous view of a Python buffer, released with the GIL held.
-class HeldReadBuffer {
+// Read-only, C-contiguous views of Python buffers (each holds its exporter alive), released
+// together with the GIL held: one buffer, or every element of a list or tuple of them.
+class HeldReadBuffers {
  public:
-  explicit HeldReadBuffer(const py::object& obj) {
-    if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_C_CONTIGUOUS) != 0) {
-      throw py::error_already_set();
+  explicit HeldReadBuffers(const py::object& obj) {
+    if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+      const py::sequence seq = py::reinterpret_borrow<py::sequence>(obj);
+      // Reserved up front: a Py_buffer is never moved between its export and its release.
+      views_.reserve(seq.size());
+      for (size_t i = 0; i < seq.size(); ++i) Hold(seq[i], static_cast<int64_t>(i));
+    } else {
+      views_.reserve(1);
+      Hold(obj, -1);
     }
   }
-  ~HeldReadBuffer() {
+  ~HeldReadBuffers() {
     py::gil_scoped_acquire gil;
-    PyBuffer_Release(&view_);
+    for (Py_buffer& v : views_) PyBuffer_Release(&v);
   }
-  HeldReadBuffer(const HeldReadBuffer&) = delete;
-  HeldReadBuffer& operator=(const HeldReadBuffer&) = delete;
-  const uint8_t* data() const { return static_cast<const uint8_t*>(view_.buf); }
-  uint64_t size() const { return static_cast<uint64_t>(view_.len); }
+  HeldReadBuffers(const HeldReadBuffers&) = delete;
+  HeldReadBuffers& operator=(const HeldReadBuffers&) = delete;
+
+  std::vector<UploadSpan> spans() const {
+    std::vector<UploadSpan> out;
+    out.reserve(views_.size());
+    for (const Py_buffer& v : views_) {
+      out.push_back(UploadSpan{static_cast<const uint8_t*>(v.buf), static_cast<uint64_t>(v.len)});
+    }
+    return out;
+  }
 
  private:
-  Py_buffer view_;
+  // `index`: the element's place in the list, -1 for a lone buffer.
+  void Hold(const py::handle& obj, int64_t index) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+      if (index < 0) throw py::error_already_set();
+      // Name the element at fault; what is held so far is released by the destructor.
+      PyErr_Clear();
+      for (Py_buffer& v : views_) PyBuffer_Release(&v);
+      views_.clear();
+      throw py::type_error("element " + std::to_string(index) + " (" +
+                           std::string(py::str(py::type::of(obj).attr("__name__"))) +
+                           ") is no C-contiguous buffer");
+    }
+    views_.push_back(view);
+  }
+
+  std::vector<Py_buffer> views_;
 };
 
-// One upload: holds the caller's buffer until the upload has finished.
+// One upload: holds the caller's buffers until the upload has finished.
 class PyUpload {
  public:
   PyUpload(std::shared_ptr<Uploader> uploader, std::shared_ptr<Upload> upload,
-           std::unique_ptr<HeldReadBuffer> view)
+           std::unique_ptr<HeldReadBuffers> view)
       : uploader_(std::move(uploader)), upload_(std::move(upload)), view_(std::move(view)) {}
 
   ~PyUpload() {
@@ -308,7 +338,7 @@ class PyUpload {
 
   std::shared_ptr<Uploader> uploader_;
   std::shared_ptr<Upload> upload_;
-  std::unique_ptr<HeldReadBuffer> view_;
+  std::unique_ptr<HeldReadBuffers> view_;
 };
 
 class PyUploader {
@@ -324,12 +354,11 @@ class PyUploader {
   std::unique_ptr<PyUpload> Submit(const std::string& bucket, const std::string& object,
                                    const py::object& data, int64_t if_generation_match) {
     if (!uploader_) throw std::runtime_error("Uploader is closed");
-    auto view = std::make_unique<HeldReadBuffer>(data);
+    auto view = std::make_unique<HeldReadBuffers>(data);
     UploadSpec spec;
     spec.bucket = bucket;
     spec.object = object;
-    spec.data = view->data();
-    spec.size = view->size();
+    spec.payload = UploadPayload(view->spans());
     spec.if_generation_match = if_generation_match;
     std::shared_ptr<Upload> upload;
     {
@@ -407,13 +436,15 @@ PYBIND11_MODULE(_gcsio, m) {
   m.def(
       "crc32c",
       [](const py::object& data, uint32_t value) {
-        gcsio::HeldReadBuffer view(data);
+        gcsio::HeldReadBuffers view(data);
         py::gil_scoped_release release;
-        return gcsio::Crc32c(view.data(), view.size(), value);
+        uint32_t crc = value;
+        for (const gcsio::UploadSpan& s : view.spans()) crc = gcsio::Crc32c(s.data, s.size, crc);
+        return crc;
       },
       py::arg("data"), py::arg("value") = 0,
-      "CRC-32C of a C-contiguous buffer, continuing from `value` (SSE4.2 or table; GIL "
-      "released).");
+      "CRC-32C of a C-contiguous buffer (or of the concatenation of a list/tuple of them), "
+      "continuing from `value` (SSE4.2 or table; GIL released).");
   m.def("crc32c_hardware", &gcsio::Crc32cHardware,
         "True when crc32c uses the SSE4.2 crc32 instruction on this CPU.");
 

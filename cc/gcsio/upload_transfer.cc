@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstring>
 #include <stdexcept>
 #include <string_view>
 
@@ -123,7 +122,10 @@ size_t UploadTransfer::ReadThunk(char* data, size_t size, size_t count, void* se
   if (t->setup_.step != UploadStep::kChunk) return 0;
   const uint64_t left = t->setup_.length - t->read_pos_;
   const size_t n = static_cast<size_t>(std::min<uint64_t>(left, size * count));
-  std::memcpy(data, t->setup_.body + t->read_pos_, n);  // into libcurl's send buffer
+  // Into libcurl's send buffer, across span boundaries (a resumed chunk starts mid-span).
+  const size_t got =
+      t->setup_.payload->Read(t->setup_.first + t->read_pos_, reinterpret_cast<uint8_t*>(data), n);
+  if (got != n) return CURL_READFUNC_ABORT;  // the chunk runs past the object: never sent short
   t->read_pos_ += n;
   t->answer_.sent = t->read_pos_;
   return n;

@@ -1,7 +1,8 @@
 // One libcurl easy handle doing the requests of resumable uploads, one at a time: the session
-// start (POST), a chunk (PUT with Content-Range a-b/total, body read straight from caller
-// memory) and the status query (PUT with Content-Range */total, empty body). It records what
-// came back (status, Location, Range, the start of the body); Uploader judges it.
+// start (POST), a chunk (PUT with Content-Range a-b/total, body read straight from the caller's
+// spans, UploadPayload, from any object offset) and the status query (PUT with Content-Range
+// */total, empty body). It records what came back (status, Location, Range, the start of the body);
+// Uploader judges it.
 #ifndef CC_GCSIO_UPLOAD_TRANSFER_H_
 #define CC_GCSIO_UPLOAD_TRANSFER_H_
 
@@ -12,18 +13,20 @@
 #include <cstdint>
 #include <string>
 
+#include "cc/gcsio/upload_payload.h"
+
 namespace gcsio {
 
 enum class UploadStep { kStart, kChunk, kQuery };
 
 struct UploadRequestSetup {
   UploadStep step = UploadStep::kStart;
-  std::string url;                // the start URL, or the session URL
-  std::string bearer_token;       // "" sends no Authorization header
-  uint64_t total = 0;             // the object's size (bytes)
-  const uint8_t* body = nullptr;  // kChunk: the chunk's bytes (caller memory, not copied)
-  uint64_t first = 0;             // kChunk: the object offset of body[0]
-  uint64_t length = 0;            // kChunk: chunk bytes
+  std::string url;                         // the start URL, or the session URL
+  std::string bearer_token;                // "" sends no Authorization header
+  uint64_t total = 0;                      // the object's size (bytes)
+  const UploadPayload* payload = nullptr;  // kChunk: the object's bytes (caller memory)
+  uint64_t first = 0;                      // kChunk: the object offset of the chunk's first byte
+  uint64_t length = 0;                     // kChunk: chunk bytes
   long connect_timeout_ms = 10000;
   const std::atomic<bool>* cancelled = nullptr;
 };

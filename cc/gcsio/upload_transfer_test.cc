@@ -26,6 +26,7 @@ TEST(UploadTransferTest, StartChunkQueryAndFinalChunkOnOneHandle) {
   FakeGcsServer server;
   std::string data(kTotal, '\0');
   for (uint64_t i = 0; i < kTotal; ++i) data[i] = static_cast<char>(i * 7);
+  const UploadPayload payload({UploadSpan{reinterpret_cast<const uint8_t*>(data.data()), kTotal}});
   UploadTransfer t;
 
   UploadRequestSetup start;
@@ -42,7 +43,7 @@ TEST(UploadTransferTest, StartChunkQueryAndFinalChunkOnOneHandle) {
   chunk.step = UploadStep::kChunk;
   chunk.url = started.location;
   chunk.total = kTotal;
-  chunk.body = reinterpret_cast<const uint8_t*>(data.data());
+  chunk.payload = &payload;
   chunk.first = 0;
   chunk.length = 600;
   const UploadAnswer first = Perform(t, chunk);
@@ -59,7 +60,6 @@ TEST(UploadTransferTest, StartChunkQueryAndFinalChunkOnOneHandle) {
   EXPECT_EQ(asked.range, "bytes=0-599");
   EXPECT_EQ(asked.sent, 0u);
 
-  chunk.body = reinterpret_cast<const uint8_t*>(data.data()) + 600;
   chunk.first = 600;
   chunk.length = 400;
   const UploadAnswer last = Perform(t, chunk);

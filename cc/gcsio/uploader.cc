@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "cc/gcsio/crc32c.h"
 #include "cc/gcsio/http_text.h"
 #include "cc/gcsio/http_transfer.h"
 #include "cc/gcsio/response_check.h"
@@ -131,10 +130,9 @@ std::shared_ptr<Upload> Uploader::Submit(UploadSpec spec) {
   if (spec.bucket.empty() || spec.object.empty()) {
     throw std::invalid_argument("an upload needs a bucket and an object name");
   }
-  if (spec.data == nullptr && spec.size > 0) throw std::invalid_argument("upload data is null");
   auto upload = std::make_shared<Upload>(std::move(spec));
-  upload->progress_.size = upload->spec_.size;
-  upload->progress_.crc32c = Crc32c(upload->spec_.data, upload->spec_.size);
+  upload->progress_.size = upload->spec_.payload.size();
+  upload->progress_.crc32c = upload->spec_.payload.Crc32c();
   tokens_.Get();  // fail early on a broken token provider; refreshes a token that is due
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -183,7 +181,7 @@ bool Uploader::TakeLocked(Job* job, uint64_t* bytes) {
   const Upload& next = *queue_.ready.front().upload;
   uint64_t want = 0;
   if (next.step_ == UploadStep::kChunk) {
-    want = std::min(options_.chunk_bytes, next.spec_.size - next.committed_);
+    want = std::min(options_.chunk_bytes, next.spec_.payload.size() - next.committed_);
   }
   if (inflight_requests_ > 0 && inflight_bytes_ + want > options_.max_inflight_bytes) return false;
   *job = std::move(queue_.ready.front());
@@ -266,11 +264,11 @@ void Uploader::Start(std::shared_ptr<Upload> upload, uint64_t bytes) {
   setup.step = u.step_;
   setup.url = u.step_ == UploadStep::kStart ? StartUrl(u.spec_) : u.session_url_;
   setup.bearer_token = std::move(token);
-  setup.total = u.spec_.size;
+  setup.total = u.spec_.payload.size();
   if (u.step_ == UploadStep::kChunk) {
     setup.first = u.committed_;
     setup.length = bytes;
-    setup.body = u.spec_.data + u.committed_;
+    setup.payload = &u.spec_.payload;
     if (u.committed_ < u.sent_high_) {
       u.progress_.resent_bytes += std::min(u.sent_high_, u.committed_ + bytes) - u.committed_;
     }
@@ -374,9 +372,9 @@ void Uploader::Judge(const std::shared_ptr<Upload>& upload, UploadStep step,
     if (step != UploadStep::kStart && status == 308) {
       const int64_t held = ParseCommittedRange(answer->range);
       const uint64_t sent_end =
-          step == UploadStep::kChunk ? u.committed_ + answer->sent : spec.size;
+          step == UploadStep::kChunk ? u.committed_ + answer->sent : spec.payload.size();
       if (held < 0 || static_cast<uint64_t>(held) > sent_end ||
-          static_cast<uint64_t>(held) > spec.size) {
+          static_cast<uint64_t>(held) > spec.payload.size()) {
         Fail(upload, "bad_range", status,
              "HTTP 308 with Range '" + answer->range + "' after the " + StepName(step) +
                  " (bytes sent up to offset " + std::to_string(sent_end) + ")",
@@ -388,8 +386,8 @@ void Uploader::Judge(const std::shared_ptr<Upload>& upload, UploadStep step,
       u.progress_.committed = u.committed_;
       if (progress || step == UploadStep::kQuery) {
         if (progress) u.attempts_ = 0;  // a new request: attempts and deadline count afresh
-        u.step_ = u.committed_ == spec.size ? UploadStep::kQuery : UploadStep::kChunk;
-        if (u.committed_ < spec.size || progress) {
+        u.step_ = u.committed_ == spec.payload.size() ? UploadStep::kQuery : UploadStep::kChunk;
+        if (u.committed_ < spec.payload.size() || progress) {
           Requeue(upload, 0);
           return;
         }
@@ -402,7 +400,7 @@ void Uploader::Judge(const std::shared_ptr<Upload>& upload, UploadStep step,
     } else if (step != UploadStep::kStart && (status == 200 || status == 201)) {
       const ObjectResource r = ParseObjectResource(answer->body);
       Outcome check =
-          CheckUploadedObject(r, spec.bucket, spec.object, spec.size, u.progress_.crc32c);
+          CheckUploadedObject(r, spec.bucket, spec.object, spec.payload.size(), u.progress_.crc32c);
       if (check.verdict != Verdict::kSuccess) {
         Fail(upload, check.cause, status, check.message, "");
         return;
@@ -410,7 +408,7 @@ void Uploader::Judge(const std::shared_ptr<Upload>& upload, UploadStep step,
       UploadResult res = u.progress_;
       res.ok = true;
       res.generation = r.generation;
-      res.committed = spec.size;
+      res.committed = spec.payload.size();
       res.attempts = u.attempts_;
       done_.fetch_add(1, std::memory_order_relaxed);
       u.Finish(std::move(res));
@@ -488,7 +486,7 @@ void Uploader::Fail(const std::shared_ptr<Upload>& upload, const std::string& ca
   res.attempts = u.attempts_;
   res.committed = u.committed_;
   res.error = "upload of " + GsUri(u.spec_.bucket, u.spec_.object) + " failed: " + message + why +
-              " (" + Grouped(u.committed_) + " of " + Grouped(u.spec_.size) +
+              " (" + Grouped(u.committed_) + " of " + Grouped(u.spec_.payload.size()) +
               " bytes committed, offset reached " + Grouped(u.committed_) + "; " +
               std::to_string(u.attempts_) + " attempt(s) of the last request, " +
               std::to_string(res.requests) + " request(s) in all)";

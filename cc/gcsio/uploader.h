@@ -1,6 +1,8 @@
 // Resumable uploads (GCS JSON API) of caller memory, many in flight on one curl multi handle.
 //
-// Each upload: POST {endpoint}/upload/storage/v1/b/B/o?uploadType=resumable&name=O
+// Each upload's bytes are spans of caller memory (UploadPayload: the object is their
+// concatenation; one buffer is one span). Each upload: POST
+// {endpoint}/upload/storage/v1/b/B/o?uploadType=resumable&name=O
 // [&ifGenerationMatch=G] -> the session URL in Location; then PUTs of at most chunk_bytes with
 // `Content-Range: bytes a-b/total`, each body read straight from the caller's memory (no copy
 // of it is made here; libcurl copies into its send buffer); 308 + `Range: bytes=0-K` means the
@@ -37,6 +39,7 @@
 #include "cc/gcsio/job_queue.h"
 #include "cc/gcsio/retry_policy.h"
 #include "cc/gcsio/token_cache.h"
+#include "cc/gcsio/upload_payload.h"
 #include "cc/gcsio/upload_transfer.h"
 
 namespace gcsio {
@@ -59,8 +62,9 @@ struct UploaderOptions {
 struct UploadSpec {
   std::string bucket;
   std::string object;
-  const uint8_t* data = nullptr;  // must stay valid and unchanged until the upload finished
-  uint64_t size = 0;
+  // The object's bytes: the concatenation of caller spans, each of which must stay valid and
+  // unchanged until the upload finished (a single buffer is one span).
+  UploadPayload payload;
   int64_t if_generation_match = -1;  // -1: none; 0: only if absent; G: only over generation G
 };
 
@@ -137,9 +141,10 @@ class Uploader {
   Uploader(const Uploader&) = delete;
   Uploader& operator=(const Uploader&) = delete;
 
-  // Computes the CRC-32C of the bytes (callers must not hold Python's GIL), fetches a token
-  // when one is due, queues the upload and returns at once. Throws std::invalid_argument for
-  // an empty bucket/object, std::runtime_error after fork() or once closed.
+  // Computes the CRC-32C of the bytes, chained over the spans (callers must not hold Python's GIL),
+  // fetches a token when one is due, queues the upload and returns at once. Throws
+  // std::invalid_argument for an empty bucket/object, std::runtime_error after fork() or once
+  // closed.
   std::shared_ptr<Upload> Submit(UploadSpec spec);
   // Stops the upload; on return no request of it reads the caller's memory any more. A
   // finished upload is left as it is.

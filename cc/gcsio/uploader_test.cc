@@ -3,6 +3,9 @@
 // the session reports (the status query made, only the missing bytes sent again); 503 and 429
 // retried; a wrong crc32c, 412 and exhausted retries failing with errors that name the object
 // and carry no token; an expired session restarted; empty objects; cancellation; options.
+// Payloads of many spans (the object is their concatenation): the stored bytes and CRC-32C
+// equal those of one buffer, a reset resumes mid-span across span boundaries, empty and tiny
+// spans.
 // Assertions are on bytes, request lists and errors, not timings.
 #include "cc/gcsio/uploader.h"
 
@@ -48,9 +51,27 @@ class UploaderTest : public ::testing::Test {
     UploadSpec s;
     s.bucket = kBucket;
     s.object = object;
-    s.data = reinterpret_cast<const uint8_t*>(data_.data());
-    s.size = data_.size();
+    s.payload = UploadPayload({UploadSpan{Bytes(0), data_.size()}});
     s.if_generation_match = if_generation_match;
+    return s;
+  }
+
+  const uint8_t* Bytes(uint64_t offset) const {
+    return reinterpret_cast<const uint8_t*>(data_.data()) + offset;
+  }
+
+  // data_ cut at `cuts` (ascending offsets; repeats make empty spans) into consecutive spans.
+  UploadSpec SpecOfSpans(const std::vector<uint64_t>& cuts) const {
+    std::vector<UploadSpan> spans;
+    uint64_t from = 0;
+    for (uint64_t cut : cuts) {
+      EXPECT_GE(cut, from) << "cuts must ascend";
+      spans.push_back(UploadSpan{Bytes(from), cut - from});
+      from = cut;
+    }
+    spans.push_back(UploadSpan{Bytes(from), data_.size() - from});
+    UploadSpec s = Spec();
+    s.payload = UploadPayload(spans);
     return s;
   }
 
@@ -166,6 +187,95 @@ TEST_F(UploaderTest, AResetMidUploadResumesFromTheCommittedOffset) {
   // Sent twice: the part of the second chunk the session had not kept.
   EXPECT_EQ(r.resent_bytes, 2 * kChunk - resume);
   EXPECT_EQ(uploader.Stats().retries_by_cause.at("connection_reset"), 1u);
+}
+
+TEST_F(UploaderTest, AnObjectOfSpansIsTheirConcatenation) {
+  // Cuts inside chunks, at a chunk boundary, one byte either side of one, and empty spans.
+  const UploadSpec spec =
+      SpecOfSpans({1, 1000, kChunk - 1, kChunk, kChunk, kChunk + 1, 3 * kChunk + 17, kSize - 1});
+  EXPECT_EQ(spec.payload.span_count(), 8u);  // nine spans, one of them empty
+  Uploader uploader(Options(), {});
+  const UploadResult r = Run(uploader, spec);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.size, kSize);
+  EXPECT_EQ(r.crc32c, Crc32c(data_.data(), data_.size()));
+  ExpectStored(kObject, r.generation);
+  // The same requests as one buffer makes: spans do not change the chunking.
+  EXPECT_EQ(Trace(),
+            (std::vector<std::string>{"upload_start", "upload_chunk " + Range(0, kChunk - 1),
+                                      "upload_chunk " + Range(kChunk, 2 * kChunk - 1),
+                                      "upload_chunk " + Range(2 * kChunk, 3 * kChunk - 1),
+                                      "upload_chunk " + Range(3 * kChunk, 4 * kChunk - 1),
+                                      "upload_chunk " + Range(4 * kChunk, kSize - 1)}));
+  EXPECT_EQ(uploader.Stats().bytes_sent, kSize);
+}
+
+TEST_F(UploaderTest, AResetResumesMidSpanAcrossSpanBoundaries) {
+  constexpr uint64_t kKept = 100000;  // of the second chunk, before the connection drops
+  const uint64_t resume = kChunk + kKept;
+  // The committed offset falls inside the span [kChunk + 50000, resume + 7); the resumed chunk
+  // then crosses three more span boundaries (and an empty span).
+  const UploadSpec spec =
+      SpecOfSpans({kChunk + 50000, resume + 7, resume + 7, kChunk + 150000, 2 * kChunk + 3});
+  auto seen = std::make_shared<int>(0);
+  server_.SetScript([seen](const Request& r) {
+    Reply reply;
+    if (Nth(r, "upload_chunk", 1, seen)) {
+      reply.action = Action::kKeepPartAndReset;
+      reply.body_bytes = kKept;
+    }
+    return reply;
+  });
+  Uploader uploader(Options(), {});
+  const UploadResult r = Run(uploader, spec);
+  ASSERT_TRUE(r.ok) << r.error;
+  // The session appends each chunk at its offset: a resumed chunk read from the wrong place in
+  // the spans would store other bytes (and fail the crc32c check).
+  ExpectStored(kObject, r.generation);
+  EXPECT_EQ(r.crc32c, Crc32c(data_.data(), data_.size()));
+  EXPECT_EQ(Trace(), (std::vector<std::string>{
+                         "upload_start", "upload_chunk " + Range(0, kChunk - 1),
+                         "upload_chunk " + Range(kChunk, 2 * kChunk - 1),
+                         "upload_query bytes */" + std::to_string(kSize),
+                         "upload_chunk " + Range(resume, resume + kChunk - 1),
+                         "upload_chunk " + Range(resume + kChunk, resume + 2 * kChunk - 1),
+                         "upload_chunk " + Range(resume + 2 * kChunk, kSize - 1)}));
+  EXPECT_EQ(r.resent_bytes, 2 * kChunk - resume);
+  const std::vector<Request> reqs = server_.requests();
+  EXPECT_EQ(reqs[4].body_bytes, kChunk);  // the resumed chunk: a full chunk from `resume`
+}
+
+TEST_F(UploaderTest, ManyTinySpans) {
+  std::vector<uint64_t> cuts;
+  for (uint64_t at = 0, step = 1; at < kSize; at += step, step = step % 7 + 1) {
+    cuts.push_back(at);
+    if (step == 3) cuts.push_back(at);  // and an empty span now and then
+  }
+  const UploadSpec spec = SpecOfSpans(cuts);
+  EXPECT_GT(spec.payload.span_count(), kSize / 5);
+  EXPECT_EQ(spec.payload.size(), kSize);
+  Uploader uploader(Options(), {});
+  const UploadResult r = Run(uploader, spec);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.crc32c, Crc32c(data_.data(), data_.size()));
+  ExpectStored(kObject, r.generation);
+  EXPECT_EQ(server_.request_count(), 6);
+}
+
+TEST_F(UploaderTest, OnlyEmptySpansMakeAnEmptyObject) {
+  UploadSpec s = Spec();
+  s.payload =
+      UploadPayload({UploadSpan{Bytes(0), 0}, UploadSpan{nullptr, 0}, UploadSpan{Bytes(9), 0}});
+  Uploader uploader(Options(), {});
+  const UploadResult r = Run(uploader, s);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.size, 0u);
+  EXPECT_EQ(r.crc32c, 0u);
+  std::string stored = "x";
+  int64_t g = 0;
+  ASSERT_TRUE(server_.Get(kBucket, kObject, &stored, &g));
+  EXPECT_EQ(stored, "");
+  EXPECT_EQ(Trace(), (std::vector<std::string>{"upload_start", "upload_query bytes */0"}));
 }
 
 TEST_F(UploaderTest, Http503And429AreRetried) {
@@ -292,7 +402,7 @@ TEST_F(UploaderTest, GivesUpNamingOffsetAndAttemptsWithoutTheToken) {
 TEST_F(UploaderTest, EmptyObject) {
   Uploader uploader(Options(), {});
   UploadSpec s = Spec();
-  s.size = 0;
+  s.payload = UploadPayload();
   const UploadResult r = Run(uploader, s);
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(r.crc32c, 0u);

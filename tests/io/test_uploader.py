@@ -2,11 +2,15 @@
 chunked resumable uploads checked by size, generation and CRC-32C; a failed chunk resumed from
 the offset the session reports; 503 and 429 retried; a reset after the last chunk completed
 from the status query's 200 (nothing re-sent); 412 as UploadPreconditionError; a
-permanent failure naming object, offset and attempts; crc32c against google-crc32c."""
+permanent failure naming object, offset and attempts; crc32c against google-crc32c; an
+object given as a list of parts (buffers and tensors) is their concatenation, each part held
+until the upload finished."""
 
 from __future__ import annotations
 
+import gc
 import pickle
+import weakref
 
 import google_crc32c
 import numpy as np
@@ -151,3 +155,53 @@ def test_bad_options_are_refused(gcs):
     with Uploader(gcs.endpoint) as up:
         with pytest.raises(ValueError, match="if_generation_match"):
             up.submit(BUCKET, "x", b"1", if_generation_match=-5)
+
+
+def test_an_object_of_parts_is_their_concatenation(gcs):
+    tensor = torch.arange(100_000, dtype=torch.float32)  # 400,000 bytes
+    head, tail = object_bytes(1000, 2), object_bytes(CHUNK + 3, 4)
+    parts = [
+        head,
+        b"",
+        tensor,
+        bytearray(b"xyz"),
+        memoryview(tail)[1:],
+        np.arange(7, dtype=np.int16),
+    ]
+    want = (
+        head + tensor.numpy().tobytes() + b"xyz" + tail[1:] + np.arange(7, dtype=np.int16).tobytes()
+    )
+    assert crc32c(parts) == crc32c(want) == _google_crc(want)
+    with Uploader(gcs.endpoint, chunk_bytes=CHUNK) as up:
+        result = up.upload(BUCKET, "up/parts.distcp", tuple(parts))
+        empty = up.upload(BUCKET, "up/empty-parts.distcp", [b"", bytearray()])
+    assert result.size == len(want) and result.crc32c == _google_crc(want)
+    assert result.requests == 1 + 3  # start + ceil(len / CHUNK) PUTs: spans do not add any
+    assert gcs.get(BUCKET, "up/parts.distcp") == want
+    assert empty.size == 0 and gcs.get(BUCKET, "up/empty-parts.distcp") == b""
+
+
+def test_the_handle_holds_every_part_until_done(gcs):
+    class Part(bytearray):  # bytearray exports a buffer and can be weakly referenced
+        pass
+
+    parts = [Part(object_bytes(CHUNK, i)) for i in range(3)]
+    want = b"".join(parts)
+    refs = [weakref.ref(p) for p in parts]
+    with Uploader(gcs.endpoint, chunk_bytes=CHUNK) as up:
+        handle = up.submit(BUCKET, "up/held.distcp", parts)
+        del parts
+        gc.collect()
+        assert all(r() is not None for r in refs)  # the handle holds them
+        handle.wait()
+        gc.collect()
+        assert all(r() is None for r in refs)  # released once done
+    assert gcs.get(BUCKET, "up/held.distcp") == want
+
+
+def test_a_part_that_is_no_buffer_is_named(gcs):
+    with Uploader(gcs.endpoint) as up:
+        with pytest.raises(TypeError, match=r"element 1 \(str\) is no C-contiguous buffer"):
+            up.submit(BUCKET, "x", [b"ok", "text"])
+        with pytest.raises(ValueError, match="request 1: dest tensor is not contiguous"):
+            up.submit(BUCKET, "x", [b"ok", torch.zeros(4, 4).t()])

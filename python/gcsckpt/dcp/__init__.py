@@ -16,6 +16,7 @@ from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import UnsafeMetadataError
 from gcsckpt.dcp.planner import GCSLoadPlanner
 from gcsckpt.dcp.reader import GCSStorageReader
+from gcsckpt.dcp.upload_pipeline import SaveStats
 from gcsckpt.dcp.writer import GCSStorageWriter
 from gcsckpt.io.objects import ObjectStore, ObjectStoreError  # re-exported: moved to gcsckpt.io
 
@@ -27,5 +28,6 @@ __all__ = [
     "LoadStats",
     "ObjectStore",
     "ObjectStoreError",
+    "SaveStats",
     "UnsafeMetadataError",
 ]

@@ -8,8 +8,9 @@ length, transform_descriptors)`; so stock FileSystemReader/FsspecReader and GCSS
 what it writes in the default TORCH_SAVE format (a SAFETENSORS save loads with GCSStorageReader;
 torch 2.13's own FileSystemReader refuses its blobs, also when torch's FileSystemWriter wrote
 them). Ours: the data objects go through `gcsckpt.dcp.upload_pipeline` (torch's
-serializer in one thread into staging buffers, bounded by `staging_bytes`; each finished buffer
-uploaded by the C++ `gcsckpt.io.Uploader`, many resumable uploads in flight, each checked by
+serializer in one thread into segmented streams: tensor storage is sent in place, the rest is
+copied into staging segments bounded by `staging_bytes`; each finished object uploaded by the
+C++ `gcsckpt.io.Uploader` as a list of spans, many resumable uploads in flight, each checked by
 CRC-32C, size and generation; a rank's items are split into objects of about `object_bytes`),
 the first failure fails the save (torch's threads lose a failing thread's results), and the
 commit: `.metadata` through `ObjectStore` (google-cloud-storage).
@@ -57,7 +58,7 @@ from torch.futures import Future
 
 from gcsckpt.dcp.metadata_codec import dump_metadata, load_metadata
 from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
-from gcsckpt.dcp.upload_pipeline import UploadPipeline, estimate_bytes
+from gcsckpt.dcp.upload_pipeline import SaveStats, UploadPipeline, estimate_bytes
 from gcsckpt.io import defaults
 from gcsckpt.io.objects import ObjectStore, ObjectStoreError, store_options
 from gcsckpt.io.retry import RetryPolicy
@@ -149,14 +150,23 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         object_bytes: target tensor bytes per data object (default UPLOAD_OBJECT_BYTES,
             16 MiB), so that a rank's save is many uploads in flight (an item is never split:
             one larger than this is an object of its own size).
-        staging_bytes: serialized bytes a rank holds at once, not yet uploaded (default
-            UPLOAD_STAGING_BYTES, 256 MiB); the save's extra memory is about this much.
+        staging_bytes: copied bytes a rank holds at once, not yet uploaded (default
+            UPLOAD_STAGING_BYTES, 256 MiB): serializer records and tensor bytes that cannot be
+            sent in place (views of larger storages, GPU tensors, BYTE_IO items, transformed
+            or safetensors data); tensor bytes sent from their own storage cost no staging.
+            The save's extra memory is at most about this much.
         max_inflight_uploads: upload requests of a rank at once (default 16).
         _extensions: torch write-side stream transforms (`StreamTransformExtension`s, e.g.
             `torch.distributed.checkpoint._extension.ZStandard`) applied to every item, as
             torch's FileSystemWriter(_extensions=...) does; loading needs a reader that knows them
             (GCSStorageReader(extension_registry=...), or torch's default registry). TORCH_SAVE
             only (ValueError with SAFETENSORS).
+
+    Tensors must not change until `write_data` returned (its future resolves only after
+    every upload finished, since uploads read tensor storage in place): a synchronous
+    `dcp.save` guarantees it; `dcp.async_save` stages copies first. After each save,
+    `save_stats` (a `SaveStats`) counts this rank's objects and the bytes sent by reference
+    and copied.
 
     Raises (from the DCP calls): ValueError for a bad id; RuntimeError + FileExistsError
     (`CheckpointExistsError`, torch's "Checkpoint already exists" wording) when the checkpoint
@@ -227,6 +237,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         self._store: ObjectStore | None = None
         self._uploader: Uploader | None = None
         self.uploads: list[UploadResult] = []  # this rank's data objects of the last save
+        self.save_stats = SaveStats()  # and what they were made of
         self.fs = GCSObjectFiles(self._object_store, chunk_bytes)
         self.location: CheckpointLocation | None = None
         self.path = ""
@@ -280,7 +291,8 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         a note on the error.
 
         Returns:
-            a completed Future of one WriteResult per item (storage_data = _StorageInfo).
+            a completed Future of one WriteResult per item (storage_data = _StorageInfo),
+            once every upload finished (none reads tensor memory any more).
         """
         self._loc()
         prefix = plan.storage_data.prefix
@@ -316,6 +328,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             self.serialization_format,
             self.per_thread_copy_ahead,
         )
+        self.save_stats = pipeline.stats
         written, self.uploads = pipeline.run(objects)
         future: Future[list[WriteResult]] = Future()
         future.set_result(written)

@@ -1,16 +1,16 @@
 """Uploader: resumable uploads of caller memory with many requests in flight (C++, libcurl).
 
-The C++ uploader (``cc/gcsio/uploader.h``) runs every upload as a GCS JSON API resumable upload
-on one curl multi handle in its own thread: ``POST .../upload/storage/v1/b/B/o?uploadType=
-resumable&name=O[&ifGenerationMatch=G]``, then PUTs of at most ``chunk_bytes`` whose bodies
-are read straight from the caller's buffer (Python buffer protocol, no copy; the GIL is
-released while it runs). Every answer is checked: a 308's ``Range`` (the bytes the session
-holds), the final object resource's size, generation and crc32c against the CRC-32C computed
-in C++ over the bytes sent. Retryable failures (connection reset or refused, timeouts, stalls,
-HTTP 408, 429, 5xx) follow the one ``RetryPolicy`` (the same decision as the range reader's
-GETs); a retry first asks the session what it kept (``Content-Range: bytes */total`` -> 308 +
-``Range: bytes=0-K``) and sends only from K + 1. A session answering 404/410 has expired: the
-upload starts over. HTTP 412 raises ``UploadPreconditionError``, a checksum mismatch
+The C++ uploader (``cc/gcsio/uploader.h``) runs every upload as a GCS JSON API resumable upload on
+one curl multi handle in its own thread: ``POST .../upload/storage/v1/b/B/o?uploadType=
+resumable&name=O[&ifGenerationMatch=G]``, then PUTs of at most ``chunk_bytes`` whose bodies are read
+straight from the caller's buffer, or from a list of buffers whose concatenation is the object
+(Python buffer protocol, no copy; the GIL is released while it runs). Every answer is checked: a
+308's ``Range`` (the bytes the session holds), the final object resource's size, generation and
+crc32c against the CRC-32C computed in C++ over the bytes sent. Retryable failures (connection reset
+or refused, timeouts, stalls, HTTP 408, 429, 5xx) follow the one ``RetryPolicy`` (the same decision
+as the range reader's GETs); a retry first asks the session what it kept (``Content-Range: bytes
+*/total`` -> 308 + ``Range: bytes=0-K``) and sends only from K + 1. A session answering 404/410 has
+expired: the upload starts over. HTTP 412 raises ``UploadPreconditionError``, a checksum mismatch
 ``UploadChecksumError``; every error names ``gs://bucket/object``, the bytes committed and the
 attempts, never a token.
 
@@ -71,14 +71,15 @@ class UploadResult(NamedTuple):
 
 def crc32c(data: Any, value: int = 0) -> int:
     """CRC-32C (Castagnoli) of a C-contiguous buffer (bytes, bytearray, memoryview, numpy
-    array, or a contiguous CPU torch tensor), continuing from ``value`` (the CRC of the bytes
+    array, or a contiguous CPU torch tensor; or of the concatenation of a list/tuple of
+    those), continuing from ``value`` (the CRC of the bytes
     before). Computed in C++ with the SSE4.2 crc32 instruction where the CPU has it (else a
     table), GIL released; see ``cc/gcsio/crc32c.h`` for its speed."""
     return _gcsio.crc32c(_as_buffer(data), value)
 
 
 class UploadHandle:
-    """One ``Uploader.submit``: the caller's buffer is held (and must not change) until the
+    """One ``Uploader.submit``: the caller's buffers are held (and must not change) until the
     upload finished; ``cancel`` (or dropping the handle) stops it."""
 
     def __init__(self, upload, bucket: str, object_name: str):
@@ -119,7 +120,7 @@ class UploadHandle:
         return self._upload.done()
 
     def cancel(self) -> None:
-        """Stops the upload; on return its buffer is no longer read."""
+        """Stops the upload; on return its buffers are no longer read."""
         self._upload.cancel()
 
 
@@ -196,14 +197,19 @@ class Uploader(EngineFront):
         *,
         if_generation_match: int | None = None,
     ) -> UploadHandle:
-        """Starts uploading ``data`` (a C-contiguous buffer, or a contiguous CPU torch tensor)
-        as ``gs://bucket/object_name``; returns at once (after computing its CRC-32C).
+        """Starts uploading ``data`` as ``gs://bucket/object_name``; returns at once (after
+        computing its CRC-32C).
 
-        ``if_generation_match``: None, 0 (only if absent) or the generation to replace. The
-        buffer must stay unchanged until the handle is done.
+        ``data``: a C-contiguous buffer (bytes, bytearray, memoryview, numpy array), a
+        contiguous CPU torch tensor, or a list/tuple of those, whose concatenation is the
+        object (each part is read in place: no copy is made). Every part's memory must stay
+        alive and unchanged until the handle is done (the handle holds a reference to each
+        buffer, not to memory a buffer merely points into).
+        ``if_generation_match``: None, 0 (only if absent) or the generation to replace.
 
         Raises:
-            ValueError / TypeError: an empty name, or ``data`` is no contiguous buffer.
+            ValueError / TypeError: an empty name, or ``data`` (or a part of it, named by its
+                index) is no contiguous buffer.
             RuntimeError: the token provider failed, or the uploader is closed.
         """
         match = -1 if if_generation_match is None else int(if_generation_match)
@@ -232,5 +238,12 @@ class Uploader(EngineFront):
 
 
 def _as_buffer(data: Any) -> Any:
+    """``data`` as what ``_gcsio`` takes: a buffer, or a list of buffers for a list/tuple."""
+    if isinstance(data, (list, tuple)):
+        return [_one_buffer(part, i) for i, part in enumerate(data)]
+    return _one_buffer(data, 0)
+
+
+def _one_buffer(data: Any, index: int) -> Any:
     # Torch tensors export no buffer; a uint8 numpy view of their memory does (no copy).
-    return as_writable_buffer(data, 0) if type(data).__module__.startswith("torch") else data
+    return as_writable_buffer(data, index) if type(data).__module__.startswith("torch") else data
