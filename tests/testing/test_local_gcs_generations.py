@@ -186,3 +186,26 @@ def test_generation_reads_of_odd_names(gcs, bucket, name):
     status, headers, body = fetch(conn, f"{path}&ifGenerationMatch={generation}")
     assert (status, body) == (200, b"odd content")
     conn.close()
+
+
+def _soft_deleted_names(gcs, bucket: str) -> list[str]:
+    conn = connect(gcs.endpoint)
+    status, _, body = fetch(conn, f"/storage/v1/b/{bucket}/o?softDeleted=true")
+    conn.close()
+    assert status == 200, body
+    return [item["name"] for item in json.loads(body).get("items", [])]
+
+
+@pytest.mark.parametrize("retention_s", [None, 0])
+def test_soft_delete_retention_of_a_new_bucket(gcs, retention_s):
+    """GCS's default keeps a soft-deleted copy of a deleted object; retention 0 keeps none
+    (the benchmark's embedded bucket, which deletes every verified save round)."""
+    name = f"soft-{retention_s}"
+    gcs.create_bucket(name, soft_delete_retention_s=retention_s)
+    gcs.put(name, "obj", b"x" * 1000)
+    conn = connect(gcs.endpoint)
+    deleted, _, _ = fetch(conn, f"/storage/v1/b/{name}/o/obj", method="DELETE")
+    status, _, _ = fetch(conn, f"/storage/v1/b/{name}/o/obj")
+    conn.close()
+    assert deleted in (200, 204) and status == 404  # GCS answers 204, the emulator 200
+    assert _soft_deleted_names(gcs, name) == ([] if retention_s == 0 else ["obj"])

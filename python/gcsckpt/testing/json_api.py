@@ -47,11 +47,22 @@ def _call(
         conn.close()
 
 
-def create_bucket(endpoint: str, bucket: str, project: str = "test", exist_ok: bool = True) -> None:
+def create_bucket(
+    endpoint: str,
+    bucket: str,
+    project: str = "test",
+    exist_ok: bool = True,
+    soft_delete_retention_s: int | None = None,
+) -> None:
     """Creates `bucket`; an existing one is fine when `exist_ok`.
 
+    `soft_delete_retention_s`: the bucket's `softDeletePolicy.retentionDurationSeconds` (0: no
+    soft delete, deletes are final), set by a PATCH of the bucket (the emulator ignores it in
+    the insert; an existing bucket gets it too); None leaves GCS's default for new buckets
+    (7 days).
+
     Raises:
-      GCSHTTPError: any other answer than 200 (or 409 with `exist_ok`).
+      GCSHTTPError: any other answer than 200 (or 409 with `exist_ok`), or a refused PATCH.
     """
     status, body = _call(
         endpoint,
@@ -60,9 +71,20 @@ def create_bucket(endpoint: str, bucket: str, project: str = "test", exist_ok: b
         json.dumps({"name": bucket}).encode(),
         {"Content-Type": "application/json"},
     )
-    if status == 200 or (status == 409 and exist_ok):
+    if not (status == 200 or (status == 409 and exist_ok)):
+        raise GCSHTTPError(f"create bucket {bucket!r}", status, body)
+    if soft_delete_retention_s is None:
         return
-    raise GCSHTTPError(f"create bucket {bucket!r}", status, body)
+    policy = {"softDeletePolicy": {"retentionDurationSeconds": str(soft_delete_retention_s)}}
+    status, body = _call(
+        endpoint,
+        "PATCH",
+        f"/storage/v1/b/{urllib.parse.quote(bucket, safe='')}",
+        json.dumps(policy).encode(),
+        {"Content-Type": "application/json"},
+    )
+    if status != 200:
+        raise GCSHTTPError(f"set soft delete policy of bucket {bucket!r}", status, body)
 
 
 def upload(endpoint: str, bucket: str, name: str, data: bytes) -> dict:

@@ -261,10 +261,14 @@ class LocalGCS:
         self._require_running()
         return clients.gcsfs_filesystem(self.endpoint, **options)
 
-    def create_bucket(self, name: str) -> None:
-        """Creates bucket `name`; one that exists already (persistent data_dir) is fine."""
+    def create_bucket(self, name: str, soft_delete_retention_s: int | None = None) -> None:
+        """Creates bucket `name`; one that exists already (persistent data_dir) is fine.
+
+        `soft_delete_retention_s`: 0 makes deletes final (no soft-deleted copy is kept); None
+        keeps GCS's default for new buckets (7 days, during which the emulator keeps a copy of
+        every deleted object's bytes)."""
         self._require_running()
-        json_api.create_bucket(self.endpoint, name)
+        json_api.create_bucket(self.endpoint, name, soft_delete_retention_s=soft_delete_retention_s)
 
     def put(self, bucket: str, name: str, data: bytes) -> None:
         """Writes `data` as gs://bucket/name (through nginx to the emulator).

@@ -74,7 +74,10 @@ class BenchStorage:
                 stream_mbps=self._stream_mbps,
             ).start()
             self.endpoint = self._local.endpoint
-            self._local.create_bucket(self.bucket)
+            # Every verified save round is deleted; with GCS's default soft delete the emulator
+            # would copy each deleted object's bytes (~1 GB per round of the main job) and keep
+            # them for the run, so the embedded bucket has none.
+            self._local.create_bucket(self.bucket, soft_delete_retention_s=0)
         return self
 
     def __exit__(self, *exc_info: object) -> None:
