@@ -1,8 +1,9 @@
-"""The emulator's lazy MD5 (emulator_storage.LazyMD5 and the GenerationStorage around it), in
-process, without servers: a pending md5Hash is finished on demand by metadata reads, listings and
-soft-deleted copies, unless the request's `fields` leave md5Hash out; a generation replaced or
-deleted while pending never lends its MD5 to another; the idle worker's progress is taken over,
-not repeated; the worker fills every object in.
+"""The emulator's lazy MD5 (emulator_storage.LazyMD5 and the GenerationStorage around it) and
+its `.meta` flusher, in process, without servers: a pending md5Hash is finished on demand by
+metadata reads, listings and soft-deleted copies, unless the request's `fields` leave md5Hash
+out; a generation replaced or deleted while pending never lends its MD5 to another; the idle
+worker's progress is taken over, not repeated; the worker fills every object in; many commits
+share one rewrite of `.meta`, and a flushed `.meta` is what a restart reads.
 """
 
 from __future__ import annotations
@@ -193,8 +194,57 @@ def test_a_reused_data_dir_queues_what_was_pending(tmp_path):
     storage = _storage(tmp_path)
     _commit(storage, "kept", b"from the last run")
     assert "md5Hash" not in storage.objects[BUCKET]["kept"]
+    storage.flush_metadata()  # what emulator_main does when it stops
     storage_class = emulator_storage.make_storage_class(Storage, RESUMABLE_DIR)
     reopened = storage_class(use_memory_fs=False, data_dir=str(tmp_path / "data"), md5_worker=False)
     assert reopened.pending_md5(BUCKET, "kept") is not None
     with reopened.lock:
         assert reopened.get_file_obj(BUCKET, "kept")["md5Hash"] == _md5_b64(b"from the last run")
+
+
+def _meta_names(tmp_path) -> set[str]:
+    import json
+
+    path = tmp_path / "data" / ".cloudstorage" / ".meta"
+    if not path.exists():
+        return set()
+    return set(json.loads(path.read_text()).get("objects", {}).get(BUCKET, {}))
+
+
+def test_meta_is_written_by_the_flusher_not_by_every_commit(tmp_path, monkeypatch):
+    monkeypatch.setattr(emulator_storage, "META_FLUSH_S", 0.2)
+    storage = _storage(tmp_path)
+    writes = []
+    real_replace = os.replace
+
+    def counting_replace(src, dst):
+        if str(dst).endswith(".meta"):
+            writes.append(dst)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(emulator_storage.os, "replace", counting_replace)
+    names = {f"obj{i}" for i in range(30)}
+    for name in sorted(names):
+        _commit(storage, name, b"x" * 100)
+    deadline = time.monotonic() + 30
+    while _meta_names(tmp_path) != names and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _meta_names(tmp_path) == names
+    assert 1 <= len(writes) < 30  # 30 commits shared far fewer rewrites of `.meta`
+
+
+def test_flush_metadata_writes_what_a_restart_reads(tmp_path, monkeypatch):
+    monkeypatch.setattr(emulator_storage, "META_FLUSH_S", 3600)  # only the explicit flush
+    storage = _storage(tmp_path)
+    data = _data(5000, 7)
+    _commit(storage, "kept", data)
+    storage.flush_metadata()
+    assert _meta_names(tmp_path) == {"kept"}
+    storage.flush_metadata()  # nothing changed: no rewrite needed, still the same
+    again = emulator_storage.make_storage_class(Storage, RESUMABLE_DIR)(
+        use_memory_fs=False, data_dir=str(tmp_path / "data"), md5_worker=False
+    )
+    obj = again.get_file_obj(BUCKET, "kept")
+    assert int(obj["size"]) == len(data)
+    with again.lock:
+        assert again.fill_md5(dict(obj))["md5Hash"] == _md5_b64(data)

@@ -75,6 +75,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import urllib.parse
 from functools import partial
@@ -251,12 +252,15 @@ def main(argv: list[str]) -> int:
         print(f"emulator cannot bind {args.host}:{args.port}: {err}", flush=True)
         return EXIT_BIND_FAILED
     print(f"emulator listening on {args.host}:{args.port}, data in {args.data_dir}", flush=True)
+    # LocalGCS stops the emulator with SIGTERM: leave serve_forever so `.meta` is flushed.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         httpd.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         httpd.server_close()
+        storage.flush_metadata()
     return 0
 
 
