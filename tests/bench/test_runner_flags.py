@@ -97,13 +97,13 @@ def test_olmoe_ep_defaults_select_the_pair():
     ]
 
 
-def test_olmoe_ep_defaults_save_with_the_localfs_reference_twice(parse):
+def test_olmoe_ep_defaults_save_with_the_localfs_reference_once(parse):
     spec = importlib.util.spec_from_file_location("olmoe_ep_defaults", OLMOE_EP)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # defines OLMOE_EP_DEFAULTS; main() runs only as a program
     defaults = module.OLMOE_EP_DEFAULTS
     assert defaults["writers"] == ["gcsckpt", "msc", "dataflux", "localfs"]
-    assert (defaults["save_rounds"], defaults["reference_rounds"]) == (1, 2)
+    assert (defaults["save_rounds"], defaults["reference_rounds"]) == (1, 1)
     parse(
         f"--writers={','.join(defaults['writers'])}",
         f"--save_rounds={defaults['save_rounds']}",
@@ -111,4 +111,4 @@ def test_olmoe_ep_defaults_save_with_the_localfs_reference_twice(parse):
     )
     config = config_from_flags()
     assert config.writers == ("gcsckpt", "msc", "dataflux", "localfs")
-    assert [config.save_rounds_for(3, w) for w in config.writers] == [1, 1, 1, 2]
+    assert [config.save_rounds_for(3, w) for w in config.writers] == [1, 1, 1, 1]
