@@ -2,7 +2,7 @@
 
 ``tools/bazel run //bench:olmoe_ep`` starts the local GCS endpoint, saves both checkpoints once
 (reused by later runs), then loads each with gcsckpt's GCSStorageReader (3 rounds) and the best
-peer, multi-storage-client's DCP reader (2 rounds), and the fsdp case with the stock
+peer, multi-storage-client's DCP reader (1 round), and the fsdp case with the stock
 FsspecReader over gcsfs (1 round); then saves the ep case once with gcsckpt's writer and each
 peer writer (msc, dataflux), and once with the ``localfs`` reference (torch's stock
 FileSystemWriter into /dev/shm: what dcp.save costs when storage is nearly free; not a peer),
@@ -18,7 +18,7 @@ takes ~3-4 minutes per round on the fsdp case (8,877 BYTE_IO items per rank, ~41
 it loads only that case, the one its target is set on (``-- --baseline_cases='*'`` adds ep,
 ``-- --baseline_rounds=3`` more rounds); saves run on the ep case only (``-- --save_cases='*'``
 adds fsdp); every round is a job on fresh rank processes (start-up, state building and
-checksums: 12-38 s a job here), so peers run 2 rounds. Every flag of //bench:checkpoint_load
+checksums: 13-41 s a job here), so peers run 1 round (``-- --peer_rounds=2`` more). Every flag of //bench:checkpoint_load
 passes through, e.g. ``-- --bucket=gs://b/p --model_scale=full``,
 ``-- --readers=gcsckpt,msc,dataflux,fsspec`` or ``-- --writers=gcsckpt,msc,dataflux,fsspec``
 (``-- --reference_rounds=N``: localfs saves). localfs runs one round, like every writer: each
@@ -26,9 +26,11 @@ save round is a job of ~25-33 s here (start-up, state building, verification) fo
 dcp.save of 3.8-6 s.
 The same tables with the endpoint modelled like remote GCS: //bench:olmoe_ep_modelled.
 
-Measured on 2026-12-01 (quiet machine): 534 s for the run (15 jobs of 12-195 s, 525 s in all;
-the stock fsdp round 195 s of it). Before these sizes (stock on both cases, every writer
-verified by the stock FsspecReader) the job took ~46 minutes.
+Measured on 2026-12-01 (quiet machine, fresh data dir, msc at 2 rounds): 678 s for the run
+(11 min 22 s with Bazel), of which 46 s setting up both checkpoints (done once per data dir) and
+the stock fsdp round 244 s; 20 jobs of 13-244 s. msc at 1 round drops 57 s of jobs (~570 s on
+a reused data dir; from the same run's job times). Before these sizes (stock on both cases,
+every writer verified by the stock FsspecReader) the job took ~46 minutes.
 """
 
 from gcsckpt.bench.runner.main import run
@@ -39,7 +41,7 @@ OLMOE_EP_DEFAULTS = {
     "model_scale": "scaled",
     "readers": ["gcsckpt", "msc", "fsspec"],
     "rounds": 3,
-    "peer_rounds": 2,
+    "peer_rounds": 1,
     "baseline_rounds": 1,
     "baseline_cases": ["load-olmoe_1b_7b_0924-fsdp-*"],
     "writers": ["gcsckpt", "msc", "dataflux", "localfs"],
