@@ -81,15 +81,7 @@ class WriterPhases:
         writer.finish = self._timed_finish(writer.finish)
 
     def _timed_plan(self, method):
-        @functools.wraps(method)
-        def timed(*args, **kwargs):
-            began = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                self.plan_s += time.perf_counter() - began
-
-        return timed
+        return _timed(method, lambda seconds: setattr(self, "plan_s", self.plan_s + seconds))
 
     def _timed_write(self, method):
         @functools.wraps(method)
@@ -106,15 +98,22 @@ class WriterPhases:
         return timed
 
     def _timed_finish(self, method):
-        @functools.wraps(method)
-        def timed(*args, **kwargs):
-            began = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                self.finish_s = time.perf_counter() - began
+        return _timed(method, lambda seconds: setattr(self, "finish_s", seconds))
 
-        return timed
+
+def _timed(method, record):
+    """``method`` wrapped so that ``record(seconds)`` gets each call's duration (also when it
+    raises)."""
+
+    @functools.wraps(method)
+    def timed(*args, **kwargs):
+        began = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            record(time.perf_counter() - began)
+
+    return timed
 
 
 class SaveProbe:
