@@ -215,14 +215,13 @@ def test_meta_is_written_by_the_flusher_not_by_every_commit(tmp_path, monkeypatc
     monkeypatch.setattr(emulator_storage, "META_FLUSH_S", 0.2)
     storage = _storage(tmp_path)
     writes = []
-    real_replace = os.replace
+    real_write = Storage._write_config_to_file
 
-    def counting_replace(src, dst):
-        if str(dst).endswith(".meta"):
-            writes.append(dst)
-        return real_replace(src, dst)
+    def counting_write(self):
+        writes.append(1)
+        return real_write(self)
 
-    monkeypatch.setattr(emulator_storage.os, "replace", counting_replace)
+    monkeypatch.setattr(Storage, "_write_config_to_file", counting_write)
     names = {f"obj{i}" for i in range(30)}
     for name in sorted(names):
         _commit(storage, name, b"x" * 100)

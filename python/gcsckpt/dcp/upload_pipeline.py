@@ -316,7 +316,7 @@ def estimate_bytes(items: list[WriteItem]) -> int:
         if item.type == WriteItemType.BYTE_IO or item.tensor_data is None:
             continue
         numel = math.prod(item.tensor_data.chunk.sizes)
-        total += numel * torch._utils._element_size(item.tensor_data.properties.dtype)
+        total += numel * item.tensor_data.properties.dtype.itemsize
     return total
 
 

@@ -34,15 +34,15 @@ so it runs without gcsckpt on sys.path).
   endpoint shares its CPUs with the clients it measures. Measured in emulator_main.py.
 - One lock (`storage.lock`) guards the emulator's metadata (its object table and its `.meta`
   file); uploads hash and write outside it and take it only to commit.
-- `.meta` (the metadata a reused data dir starts from) is written by a flusher thread, at most
-  every META_FLUSH_S and at shutdown, not after every change. Why: the emulator rewrites the
-  whole file (every bucket, object and soft-deleted entry, indented JSON) after each change,
-  under the lock, so a commit cost grew with everything the data dir ever held; measured on the
-  benchmark's data dir (84 objects, 785 soft-deleted ones): 18.8 ms per rewrite (1.2 ms
-  without the soft-deleted entries), twice per resumable upload, which held a 62-object save's
-  data phase at 6.6-7.7 s against 2.5-2.9 s in an empty data dir. A crash loses at most the
-  last META_FLUSH_S of metadata (objects whose files exist but whose entries are missing are
-  ignored on the next start).
+- `.meta` (the metadata a reused data dir starts from) is written by a flusher thread (with the
+  emulator's own writer), at most every META_FLUSH_S and at shutdown, not after every change.
+  Why: the emulator rewrites the whole file (every bucket, object and soft-deleted entry,
+  indented JSON) after each change, under the lock, so a commit cost grew with everything the
+  data dir ever held; measured on the benchmark's data dir (84 objects, 785 soft-deleted ones):
+  18.8 ms per rewrite (1.2 ms without the soft-deleted entries), twice per resumable upload,
+  which held a 62-object save's data phase at 6.6-7.7 s against 2.5-2.9 s in an empty data dir.
+  A crash loses at most the last META_FLUSH_S of metadata (objects whose files exist but whose
+  entries are missing are ignored on the next start).
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import queue
@@ -339,26 +338,13 @@ def make_storage_class(base, resumable_dir: str):
                 self.flush_metadata()
 
         def flush_metadata(self) -> None:
-            """Writes `.meta` now if a change is not yet in it (atomically: a temp file renamed
-            over it); emulator_main calls it at shutdown."""
+            """Writes `.meta` now (the emulator's own writer) if a change is not yet in it;
+            emulator_main calls it at shutdown."""
             with self.lock:
                 if not self._meta_dirty.is_set():
                     return
                 self._meta_dirty.clear()
-                text = json.dumps(
-                    {
-                        "buckets": self.buckets,
-                        "objects": self.objects,
-                        "resumable": self.resumable,
-                        "bucket_iam_policies": self.bucket_iam_policies,
-                        "soft_deleted": self.soft_deleted,
-                    },
-                    separators=(",", ":"),
-                )
-                path = str(self._store._disk_path(".meta"))
-                with open(path + ".tmp", "w", encoding="utf-8") as f:
-                    f.write(text)
-                os.replace(path + ".tmp", path)
+                super()._write_config_to_file()
 
         # generations -----------------------------------------------------------------------
 
