@@ -2,32 +2,17 @@
 
 Reads the layout torch 2.13's FileSystemWriter/FsspecWriter writes (per-rank `.distcp` objects,
 a pickled `.metadata`), in either serialization format. This module holds the DCP calls only;
-the load itself is `gcsckpt.dcp.load`, step by step:
+the load itself is `gcsckpt.dcp.load`, one module per step:
 
-    read_metadata          one GET of `.metadata` (keeping its generation), restricted
-                           unpickler (metadata_codec)
-    prepare_local_plan     items sorted by (object, offset) (load.plan.sort_items)
-    prepare_global_plan    the coordinator lists the checkpoint prefix once and pins one
-                           generation per data object (load.generations), sent to each rank
-                           in its LoadPlan's storage_data
-    read_data              load.plan.plan_fetches -> load.plan.make_windows ->
-                           load.pipeline.run_windows -> load.decode.Decoder.consume;
-                           a failed range becomes a CheckpointReadError (load.errors)
+    read_metadata          one GET of `.metadata` (with its generation), restricted unpickler
+    prepare_local_plan     items sorted by (object, offset)
+    prepare_global_plan    one listing on the coordinator pins a generation per data object
+    read_data              plan -> windows -> range reader -> decode into the planner's tensors
 
-Every ReadItem becomes one byte range; all ranges of a memory window go to the C++ range reader at
-once (it joins neighbours closer than `coalesce_gap_bytes`, splits big ranges and keeps many GETs
-in flight with the GIL released), and while later ranges are in flight the finished ones are
-decoded, narrowed and copied into the planner's tensors. Contiguous items cost one GET per
-`chunk_bytes`; items scattered between other ranks' data (replicated scalars, which DCP's save
-spreads over every rank's object) cost one GET per run unless the gap setting reads through.
-
-One version per object per load: every GET of a data object in the whole load (header pre-read
-and every window) asks for the generation the coordinator's listing pinned, so a load never
-combines bytes of two versions; an object rewritten after `.metadata` was written, or replaced
-or deleted during the load, fails it with CheckpointReadError "object changed during load"
-naming the object and both generations. One LIST per load (on the coordinator; on each rank
-when ranks read their own `__{rank}.metadata`, or when a planner drops the plan's
-storage_data). What is guaranteed, and on which endpoints, is in `gcsckpt.dcp.load.generations`.
+Why: every ReadItem becomes one byte range and all ranges of a memory window go to the C++ range
+reader at once (joined across small gaps, split, many GETs in flight with the GIL released), so
+requests scale with objects and megabytes, not items; one generation per object per load
+(`gcsckpt.dcp.load.generations`), so a load never combines bytes of two versions.
 """
 
 from __future__ import annotations

@@ -1,59 +1,17 @@
 """The save path's data objects: torch's serializer in one thread, the C++ uploader beside it.
 
-``UploadPipeline.run`` takes a rank's objects (name + WriteItems, as GCSStorageWriter split
-them) and runs torch's own per-object loop (``_write_files_from_queue``: ``_write_item`` for
-BYTE_IO bytes, ``torch.save`` archives or the safetensors blob, through the ``_extensions``
-stream transforms, ``_StorageInfo`` records) in one serializer thread. Each object is written
-into a segmented stream (``_SegmentedStream``); when complete, its segments are handed to
-``gcsckpt.io.Uploader`` as one list of spans (the object is their concatenation) while the
-thread goes on with the next object, so serialization overlaps the uploads, and many uploads of
-one rank are in flight at once.
+``UploadPipeline.run`` runs torch's own per-object loop (``_write_files_from_queue``: BYTE_IO
+bytes, ``torch.save`` archives or the safetensors blob, ``_extensions`` transforms,
+``_StorageInfo`` records) in one serializer thread, each object into a ``_SegmentedStream``;
+a finished object goes to ``gcsckpt.io.Uploader`` as a list of spans while the thread writes
+the next, so serialization overlaps the uploads and many uploads of a rank are in flight.
 
-Tensor bytes are sent from tensor memory, not copied. ``torch.save`` on a Python stream
-(``PyTorchFileWriter``) writes each storage record as one ``stream.write(memoryview)`` whose
-memoryview points at the storage itself (tests/dcp/test_zero_copy.py checks the address). The
-stream records such a write by reference only if its address range lies inside the storage of
-a CPU tensor the pipeline holds: the planner is wrapped (``_HoldingPlanner``) so that every
-tensor ``planner.resolve_data`` returns for the object being written, and its untyped storage,
-are held until that object's upload finished, failed or was cancelled. Anything else is copied
-into small ``bytearray`` segments: writes under ``REFERENCE_MIN_BYTES`` (zip headers, pickles,
-padding), the clone torch's loader makes of a view whose storage is larger than the tensor, a
-GPU tensor's CPU copy, BYTE_IO items, the safetensors blob and the output of stream transforms
-(e.g. ZStandard): new bytes nobody else holds. ``stats`` counts both (``SaveStats``).
-
-Why this is safe: the uploader reads a span until the upload finished; the pipeline holds the
-tensor and its storage that long, and ``GCSStorageWriter.write_data`` returns (its future
-resolves) only after every upload finished. So the tensors must not change while
-``write_data`` runs, which is torch's own contract for a StorageWriter (its FileSystemWriter
-reads the same tensors during ``write_data``): a synchronous ``dcp.save`` returns only then;
-``dcp.async_save``'s default stager (torch 2.13: ``DefaultStager``, no cache) copies the state
-into new CPU tensors for each save, and the upload thread reads those. A stager of the caller's
-that reuses its buffers must not stage the next save before the previous future completed,
-as with torch's own writers.
-
-Memory: copied bytes held at once are bounded by ``staging_bytes`` (the serializer waits for
-uploads to finish before copying more; one object that alone needs more than the budget is
-written alone); referenced bytes cost no memory. ``REFERENCE_MIN_BYTES`` (32 KiB) was chosen
-by measurement (one process in this VM, best of 5): a referenced write costs 1.3 us in Python
-(address check, one more segment) and 0.2 us per span in C++ (buffer export, CRC-32C call),
-whatever its size; copying a write into a new bytearray cost 0.5 us at 16 KiB and 0.9 us at
-32 KiB (memory the allocator reuses) but 14 us at 48 KiB, 29 us at 64 KiB and 580 us at 1 MiB
-(fresh pages: touching new memory costs ~0.7 s per GiB here, and copied segments stay held
-until their upload, so a save copies into fresh memory). Torch's own records (zip headers,
-pickles, padding) are under 600 bytes. The first failure (serializer or upload) stops the
-pipeline: queued uploads are cancelled, their tensors released, the error raised.
-
-Measured (512 MiB of float32 tensors in 8 MiB tensors, 32 objects of 16 MiB, plain LocalGCS;
-2 cores shared with other jobs, load average 7.8-9.4), before (BytesIO staging) and after:
-``tools/bazel run --config=ci //bench:save_path -- --arms=uploader --rounds=3`` (a warm-up
-save, then 3 timed ones in one process): 2.19-3.43 s before, 2.26-2.46 s after (the emulator's
-single upload thread bounds both); the process's CPU 0.54-0.64 s before, 0.52-0.58 s after;
-RSS before the first timed save 1407 MiB before, 840 MiB after (the warm-up's staging buffers
-stay with the allocator, so later saves reuse touched memory and the peak above that RSS was
-13-17 MiB either way); after: 536,870,912 bytes sent from tensor memory, 100,928 copied per
-save. Fresh processes, two saves each (``dcp.save`` alone, timed with ``psutil``; the same
-code otherwise): CPU 0.64-0.95 s before, 0.44-0.62 s after; peak RSS above the RSS before the
-save 205-321 MiB before, 16-46 MiB after.
+Tensor bytes are sent from tensor memory, not copied: ``torch.save`` writes each storage as one
+``stream.write`` of a memoryview of the storage itself, and a write of at least
+``REFERENCE_MIN_BYTES`` inside a storage the pipeline holds is kept by reference; anything else
+(records, clones, GPU tensors' CPU copies, transformed bytes) is copied into small segments,
+bounded by ``staging_bytes``. Why that is safe: see ``UploadPipeline``. Why 32 KiB, and the
+before/after figures: docs/measurements.md, "Save".
 """
 
 from __future__ import annotations
@@ -77,7 +35,8 @@ from torch.distributed.checkpoint.storage import WriteResult
 
 from gcsckpt.io.uploader import Uploader, UploadResult
 
-# Writes of at least this many bytes that lie inside a held tensor storage are sent in place.
+# Writes of at least this many bytes that lie inside a held tensor storage are sent in place:
+# from here on a reference costs less than a copy into fresh pages (torch's records are smaller).
 REFERENCE_MIN_BYTES = 32 << 10
 # Copied bytes are reserved from the staging budget in steps of this much (fewer lock rounds).
 _RESERVE_STEP = 1 << 20
@@ -322,6 +281,15 @@ def estimate_bytes(items: list[WriteItem]) -> int:
 
 class UploadPipeline:
     """Serializes and uploads one rank's data objects (see the module docstring).
+
+    Why sending tensor memory is safe: ``_HoldingPlanner`` holds every tensor (and its storage)
+    ``resolve_data`` returns for an object until that object's upload finished, failed or was
+    cancelled, and ``write_data`` returns only after every upload finished: torch's own contract
+    for a StorageWriter (tensors do not change during ``write_data``; ``async_save``'s default
+    stager copies the state for each save; a stager reusing buffers must wait for the previous
+    future). Copied bytes wait for the ``staging_bytes`` budget (an object that alone needs more
+    is written alone). The first failure stops the pipeline: queued uploads are cancelled, their
+    tensors released, the error raised.
 
     Args:
         uploader: the Uploader. bucket: the checkpoint's bucket. object_name: relative object

@@ -3,37 +3,15 @@
 In: the generation `.metadata` was read at, one listing of the checkpoint prefix (name, size,
 generation of each object directly below it) and the relative paths a rank reads. Out: `Pins`,
 the generation of every data object the load reads (handed to `ranges.CheckpointRanges`, which
-sends it on every GET of that object: the safetensors header pre-read and every window), or a
-CheckpointReadError "object changed during load" before any data GET.
+sends it on every GET of that object), or a CheckpointReadError "object changed during load"
+before any data GET: a data object newer than `.metadata` (rewritten after the commit, since
+our writer and torch's write `.metadata` last) or a `.metadata` that changed since a rank read it.
 
-What a load is then guaranteed (GCS, and `gcsckpt.testing.LocalGCS`):
-
-- Every GET of one object in the whole load asks for the same generation (`generation=`), and
-  its answer's `x-goog-generation` is checked against it; an object replaced or deleted after
-  it was pinned answers 404 (or 412, or another generation), which fails the load as "object
-  changed during load". Bytes of two versions are never combined, in one item or across items:
-  items committed before such a failure hold the pinned version's bytes (the one `.metadata`
-  describes), no item is committed with another version's, and the failed load must not be
-  used. (With object versioning on, a pinned generation stays readable after a replacement,
-  so the load completes with the version `.metadata` describes.)
-- A data object rewritten after `.metadata` was written fails the load before any data GET:
-  its generation is larger than `.metadata`'s. This relies on generations ordered by write time
-  across objects and on `.metadata` being written last (our writer and torch's both commit it
-  after every data object is complete). GCS's generations are microsecond timestamps of the
-  write; GCS documents them as increasing per object, and that they also order writes across
-  objects (an upload completed before another began has the smaller one) is observed, not
-  documented. LocalGCS numbers every write of every object from one increasing counter.
-  A checkpoint copied object by object (`gcloud storage cp -r`, rsync, Storage Transfer) gets
-  generations in copy order, `.metadata` possibly first: load it with `check_commit_order=False`
-  (changes during the load are still detected).
-- `.metadata` itself is checked too: every rank must have read the generation the listing shows
-  (an overwriting save between two ranks' reads fails the load the same way).
-
-Not covered: an endpoint that reports no generations (no `generation` in listings, no
-`x-goog-generation` on reads, `generation=` ignored, as a plain HTTP file server would): nothing is
-pinned, and each read of the range reader still gets one version per object per submit only if
-the answers name one. A listing that fails (e.g. a credential without `storage.objects.list`)
-is warned about and the load goes on unpinned, as before this check existed.
+Why: a load must never combine bytes of two versions. This relies on generations ordered by
+write time across objects: documented per object on GCS, observed across objects, exact on
+LocalGCS (one counter). A checkpoint copied object by object loses that order: load it with
+`check_commit_order=False`. An endpoint without generations pins nothing; a failed listing
+warns and the load goes on unpinned. The full statement: docs/design.md, "Integrity guarantees".
 """
 
 from __future__ import annotations
