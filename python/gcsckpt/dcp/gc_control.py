@@ -1,7 +1,7 @@
 """Keeping Python's cyclic garbage collector out of a checkpoint load's hot paths.
 
-A load allocates hundreds of thousands of long-lived objects (the unpickled `.metadata`: ~150k
-for the scaled-OLMoE checkpoint of docs/design.md "The bar") and then many short-lived ones
+A load allocates hundreds of thousands of long-lived objects (the unpickled `.metadata` of the
+scaled-OLMoE checkpoint of docs/design.md "The bar") and then many short-lived ones
 (ReadItems, plans, tensors).
 Each full collection walks every tracked object, so collections triggered while DCP builds and
 exchanges plans cost more than the work itself (unpickling that `.metadata` several times over:
