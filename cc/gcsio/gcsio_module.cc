@@ -17,6 +17,7 @@
 #include "cc/gcsio/defaults.h"
 #include "cc/gcsio/engine.h"
 #include "cc/gcsio/py_requests.h"
+#include "cc/gcsio/py_retry.h"
 #include "cc/gcsio/py_token_source.h"
 #include "cc/gcsio/uploader.h"
 #include "cc/gcsio/url.h"
@@ -432,6 +433,7 @@ PYBIND11_MODULE(_gcsio, m) {
   defaults["upload_staging_bytes"] = d::kUploadStagingBytes;
   defaults["token_unknown_ttl_s"] = d::kTokenUnknownTtlS;
   m.attr("DEFAULTS") = defaults;
+  gcsio::RegisterRetryRules(m);  // retryable statuses, RetryPolicy and chunk validation
 
   m.def(
       "crc32c",

@@ -175,20 +175,6 @@ def test_data_upload_reset_after_its_last_chunk_completes_from_the_status_query(
     assert _exact(state)
 
 
-@pytest.mark.parametrize("nth", [2, 3, 4])
-@pytest.mark.parametrize("kind", ["status", "reset_mid_body"])
-def test_resumable_upload_resumes_after_a_failed_request(gcs, nth, kind):
-    import os
-
-    data = os.urandom(20 << 20)  # 3 chunks of 8 MiB: start, PUT, PUT, final PUT
-    name = f"resumable/{kind}{nth}"
-    with FaultProxy(gcs.endpoint, [Fault(kind=kind, nth=nth, media_only=False)]) as proxy:
-        with ObjectStore(proxy.endpoint).open_upload(BUCKET, name, chunk_bytes=8 << 20) as out:
-            out.write(data)
-        assert proxy.counts[kind] == 1
-    assert gcs.get(BUCKET, name) == data
-
-
 def test_silent_endpoint_fails_within_the_retry_policy():
     # Accepts connections and never answers: `.metadata` must fail after the policy's attempts,
     # not after attempts x a long socket timeout.

@@ -103,6 +103,21 @@ class UploadHandle:
         self._upload.cancel()
 
 
+def check_chunk_bytes(chunk_bytes: int) -> None:
+    """Checks an upload chunk size (bytes) by the C++ uploader's rule: a positive multiple of
+    256 KiB (GCS's rule for every chunk of a resumable upload but the last).
+
+    Raises:
+        ValueError: it is not (the message names ``chunk_bytes`` and its value).
+    """
+    try:
+        if int(chunk_bytes) != chunk_bytes:
+            raise ValueError("chunk_bytes must be an int")
+        _gcsio.validate_upload_chunk_bytes(int(chunk_bytes))
+    except ValueError as refused:
+        raise ValueError(f"{refused}, got {chunk_bytes!r}") from None
+
+
 class Uploader(EngineFront):
     """Uploads caller buffers to GCS objects, many resumable uploads in flight (see the module
     docstring for the protocol, checks and retries).
@@ -146,10 +161,7 @@ class Uploader(EngineFront):
                 "max_inflight_bytes": max_inflight_bytes,
             },
         )
-        if int(chunk_bytes) != chunk_bytes or chunk_bytes < 1 or chunk_bytes % (256 << 10):
-            raise ValueError(
-                f"chunk_bytes must be a positive multiple of 256 KiB (262144), got {chunk_bytes!r}"
-            )
+        check_chunk_bytes(chunk_bytes)
         self.retry = retry
         self._options = {
             "max_inflight_requests": int(max_inflight_requests),

@@ -79,7 +79,7 @@ import signal
 import sys
 import urllib.parse
 from functools import partial
-from http.server import HTTPServer, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 # Siblings, imported as top-level modules (this file runs as a script, its folder on sys.path).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -92,10 +92,6 @@ EXIT_EMULATOR_MISSING = 4
 
 
 _UPLOAD_PATH = re.compile(r"^/upload/storage/v1/b/([^/]+)/o$")
-
-
-class _BackloggedHTTPServer(HTTPServer):
-    request_queue_size = 1024
 
 
 class _ThreadedHTTPServer(ThreadingHTTPServer):
@@ -216,11 +212,6 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="compute every upload's MD5 while answering it (default: only when one is sent)",
     )
-    parser.add_argument(
-        "--serial",
-        action="store_true",
-        help="one request at a time (the emulator's own server; kept to measure against)",
-    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s"
@@ -245,9 +236,8 @@ def main(argv: list[str]) -> int:
     json_uploads = JSONUploads(storage, make_object, pacing, inline_md5=inline_md5)
     xml_uploads = XMLUploads(storage, make_object, pacing, inline_md5=inline_md5)
     handler = _make_handler_class(emulator_server.RequestHandler, json_uploads, xml_uploads)
-    server_class = _BackloggedHTTPServer if args.serial else _ThreadedHTTPServer
     try:
-        httpd = server_class((args.host, args.port), partial(handler, storage))
+        httpd = _ThreadedHTTPServer((args.host, args.port), partial(handler, storage))
     except OSError as err:
         print(f"emulator cannot bind {args.host}:{args.port}: {err}", flush=True)
         return EXIT_BIND_FAILED
