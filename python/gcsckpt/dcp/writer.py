@@ -2,16 +2,18 @@
 
 It is torch's FileSystemWriter (`_FileSystemWriter`: torch's split of items into objects, its
 serializer, its `_StorageInfo` records) with GCS objects for files, so stock readers load what
-it writes in the default TORCH_SAVE format. Ours: the data objects go through
+it writes in the default TORCH_SAVE format (SAFETENSORS saves load with GCSStorageReader; torch's
+own FileSystemReader refuses those blobs). Ours: the data objects go through
 `gcsckpt.dcp.upload_pipeline` (tensor storage sent in place, many uploads in flight through the
-C++ `gcsckpt.io.Uploader`), the first failure fails the save, and the commit.
+C++ `gcsckpt.io.Uploader`), the first failure fails the save, and the commit (`gcsckpt.dcp.commit`).
 
 A save never touches another save's bytes: its objects are named `__{rank}_{save}_{i}.distcp`
 (`save`: 16 hex digits of the save_id). Only the save that commits `.metadata` is the
 checkpoint: `finish()` uploads it last, through `ObjectStore.upload` with a precondition
 (create-if-absent when overwrite=False: of two racing saves one wins, the other raises
 `CheckpointExistsError`; at the generation read when overwriting). A refused or failed save
-deletes its objects (best effort), unless its `.metadata` may have landed.
+deletes its objects (best effort), unless its `.metadata` may have landed; objects of ranks
+that finished while another rank failed stay behind, unreferenced.
 """
 
 from __future__ import annotations
