@@ -9,7 +9,7 @@ google-cloud-storage (anonymous against an emulator, ``gcsckpt.io.auth`` tokens 
 on a keep-alive connection pool shared by threads. Every request runs under the one
 ``RetryPolicy`` (``gcsckpt.io.retry.api_core_retry``) with ``(connect_timeout_s,
 stall_timeout_s)`` per attempt. Its upload speed against the client it replaced:
-docs/measurements.md, "gcsckpt.io.objects".
+docs/measurements.md, "The control-plane client".
 """
 
 from __future__ import annotations
