@@ -155,6 +155,20 @@ def test_failed_conditional_upload_says_whether_it_landed(gcs):
     assert info.value.landed is None
     with pytest.raises(FileNotFoundError):
         gcs.get(BUCKET, name)
+    # The first POST lands unseen, the retry meets the endpoint's 412, the read-back fails:
+    # neither "ours" nor "theirs" can be told, so the refusal is not reported as one.
+    unknown = [
+        Fault(kind="reset_mid_body", nth=1, media_only=False, object_name=name, after_bytes=0),
+        Fault(kind="status", status=503, nth=3, media_only=False, object_name=name),
+        Fault(kind="status", status=503, nth=4, media_only=False, object_name=name),
+    ]
+    with FaultProxy(gcs.endpoint, unknown) as proxy:
+        with ObjectStore(proxy.endpoint, retry=policy) as s:
+            with pytest.raises(ObjectStoreError, match="whether an earlier attempt landed") as info:
+                s.upload(BUCKET, name, b"x", if_generation_match=0)
+        assert proxy.injected_per_fault == [1, 1, 1]
+    assert info.value.landed is None and not isinstance(info.value, FileExistsError)
+    assert gcs.get(BUCKET, name) == b"x"
 
 
 def test_retry_policy_refusals_name_field_and_value():
