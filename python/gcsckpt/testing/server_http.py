@@ -1,9 +1,9 @@
-"""Request bodies as files and plain answers, for the upload handlers of emulator_main.py.
+"""Request bodies as files and plain answers, for the handlers of server_main.py.
 
 An upload body is always a file on the data disk, so committing it is a rename and hashing it
-one read (emulator_storage.py). Behind nginx the body is the file nginx already wrote (its
-path comes in `X-Gcsckpt-Body-File`, see nginx_config.py); a request that comes straight to the
-emulator has its body streamed from the socket into a temp file.
+one read (server_store.py). Behind nginx the body is the file nginx already wrote (its path
+comes in `X-Gcsckpt-Body-File`, see nginx_config.py); a request that comes straight to the
+server has its body streamed from the socket into a temp file.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import dataclasses
 import os
 import time
 
-# First path segments of the JSON API (and of the emulator's own routes); any other
-# `/BUCKET/OBJECT` path is the XML API (emulator_main.py routes it, nginx_config.py too).
+# First path segments of the JSON API; any other `/BUCKET/OBJECT` path is the XML API
+# (server_main.py routes it, nginx_config.py too).
 JSON_API_ROOTS = ("storage", "upload", "download", "batch", "b", "wipe")
+UPLOADS_DIR = ".uploads"  # under the data dir: upload bodies, resumable sessions, XML parts
 BODY_FILE_HEADER = "X-Gcsckpt-Body-File"  # set by nginx: the file holding the request body
 ELAPSED_HEADER = "X-Gcsckpt-Elapsed"  # set by nginx: seconds since the request's first byte
 _COPY_CHUNK_BYTES = 1 << 20

@@ -1,57 +1,16 @@
 """The JSON API uploads of LocalGCS: media, multipart (multipart/related) and resumable.
 
-Used by emulator_main.py for `POST|PUT|DELETE /upload/storage/v1/b/B/o...`, in place of the
-emulator's own handlers, which read every body into Python bytes and write it again on the
-emulator's one thread. Here the body is a file nginx already wrote (emulator_http.py): a media
-upload's body is renamed into place; a multipart upload's content part and a resumable chunk
-are copied into place in the kernel (copy_file_range). crc32c is read from the file
-(emulator_storage.file_checksums); resumable sessions hash each chunk as it arrives, so the
-final request costs one chunk. MD5 is computed while answering only when the request carries
-one to check (`md5Hash` in the object metadata, `x-goog-hash: md5=..`); otherwise it is left
-to the emulator's idle MD5 worker (emulator_storage.LazyMD5) and the answer has no `md5Hash`
-(metadata GETs and listings have it, computed by then or on demand). Only the commit
-(precondition, generation, rename, the emulator's object table) is under the storage lock.
-
-What each client of this endpoint checks in an upload answer (read in their upload code), so
-that an answer without md5Hash is enough for all of them as used here:
-
-- gcsckpt's C++ uploader (cc/gcsio/upload_response.cc): `size`, `crc32c`, `generation`.
-- google-cloud-storage 3.x (this venv): checksum="auto" is crc32c when google-crc32c's C
-  extension is installed (it is): multipart puts `crc32c` in the metadata (checked here),
-  resumable sends `x-goog-hash: crc32c=..` with the last chunk (checked here) and compares
-  the final answer's `crc32c`. checksum="md5" puts `md5Hash` in the metadata / sends
-  `x-goog-hash: md5=..` and compares the answer's `md5Hash`: then it is computed inline.
-- google-cloud-storage 2.19.0 (gcs-torch-dataflux's venv): uploads default to checksum=None
-  (nothing checked); gcs-torch-dataflux's own XML multipart upload uses crc32c (below).
-- multi-storage-client 1.3.1's GCS provider: blob.upload_from_string / upload_from_file and
-  transfer_manager.upload_chunks_concurrently with the defaults above (crc32c).
-- gcsfs: its default consistency="none" checks nothing; consistency="size" checks `size`;
-  consistency="md5" reads `md5Hash` from the final answer without sending one, and gets a
-  KeyError from this endpoint by default (nothing here uses it; GCS gives composite objects
-  no md5Hash, where gcsfs fails the same way): LocalGCS(md5_in_upload_answers=True) computes
-  every upload's MD5 inline for such clients.
-
-As GCS answers (the parts clients rely on):
-
-- media / multipart: 200 with the object resource (`generation`, `size`, `crc32c` as base64
-  of the big-endian CRC32C; `md5Hash`, base64 of the MD5, when it was checked); a `crc32c` /
-  `md5Hash` the client put in multipart metadata or in `x-goog-hash` that does not match the
-  bytes answers 400; `ifGenerationMatch` 412.
-- resumable: `POST ?uploadType=resumable` checks `ifGenerationMatch` and answers 200 with the
-  session URL in `Location` (`...&upload_id=ID`). `PUT` with `Content-Range: bytes S-E/T|*`
-  appends the chunk (a chunk starting before the committed offset has its known prefix skipped,
-  so a retried chunk is harmless; one starting after it answers 400, naming the offset), and
-  answers 308 with `Range: bytes=0-K` (no Range while nothing is committed), or, once T bytes
-  are in, commits the object (ifGenerationMatch checked again) and answers 200 with it.
-  `PUT` with `Content-Range: bytes */T` or `bytes */*` and no body is the status query: 308 +
-  Range, or the object (200) once the upload is complete, also when asked again later (so a
-  client whose final answer was lost learns that it landed). `x-goog-hash` on the request
-  that completes the upload, and `crc32c` / `md5Hash` in the session's metadata, are checked
-  against the whole object (400 on a mismatch; the session is then over, as GCS). A body
-  without Content-Range is the whole object. `DELETE` on the session URL cancels it (499, as
-  GCS). Unknown sessions 404.
-- Upload answers wait out the latency model when one is on (`pace`): first byte `latency_s`
-  after the request's first byte, and no faster than `rate_bytes_per_s` for the body.
+Used by server_main.py for `POST|PUT|DELETE /upload/storage/v1/b/B/o...`. The body is a file
+nginx already wrote (server_http.py): a media body is renamed into place, a multipart content
+part and resumable chunks are copied in the kernel (copy_file_range); crc32c is read from the
+file, a resumable session hashes each chunk as it arrives. MD5 is computed while answering
+only when the request sends one to check (`md5Hash` in its metadata, `x-goog-hash: md5=..`),
+else later (server_sums.LazyMD5); docs/design.md says why that is enough for every client
+here. Answers as GCS: the object resource (200); a sent digest the bytes do not match 400;
+`ifGenerationMatch` 412 (checked at session start and at commit). Resumable: 308 with
+`Range: bytes=0-K`; a retried chunk's known prefix is skipped, one starting past the committed
+offset is 400; the status query (`bytes */T`) answers the object once complete, also later;
+DELETE cancels (499). Every answer waits out the latency model (server_http.Pacing).
 """
 
 from __future__ import annotations
@@ -65,7 +24,7 @@ import threading
 import urllib.parse
 
 import google_crc32c
-from emulator_http import (
+from server_http import (
     BadRequestBody,
     Pacing,
     body_file,
@@ -74,15 +33,8 @@ from emulator_http import (
     request_started,
     send,
 )
-from emulator_storage import (
-    HASHING_SLOTS,
-    BucketNotFound,
-    Checksums,
-    PreconditionFailed,
-    copy_range,
-    file_checksums,
-    new_object_resource,
-)
+from server_store import BucketNotFound, PreconditionFailed, object_resource
+from server_sums import HASHING_SLOTS, Checksums, copy_range, file_checksums
 
 _RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)")
 _HEAD_BYTES = 1 << 20  # a multipart upload's metadata part lies within its first MiB
@@ -121,16 +73,13 @@ class _Session:
 
 
 class JSONUploads:
-    """The JSON API upload handlers over one GenerationStorage (emulator_storage.py)."""
+    """The JSON API upload handlers over one Store (server_store.py)."""
 
-    def __init__(
-        self, storage, make_object_resource, pacing: Pacing | None = None, inline_md5=False
-    ) -> None:
+    def __init__(self, storage, pacing: Pacing | None = None, inline_md5=False) -> None:
         """`inline_md5`: every upload's MD5 is computed while answering (LocalGCS's
         md5_in_upload_answers), not only that of a request sending one."""
         self._storage = storage
         self._inline_md5 = inline_md5
-        self._make_object = make_object_resource  # the emulator's own object resource builder
         self._pacing = pacing or Pacing()
         self._sessions: dict[str, _Session] = {}
         self._completed: dict[str, dict] = {}  # upload_id -> the object it made
@@ -192,9 +141,8 @@ class JSONUploads:
                     f"Provided {field} {value!r} doesn't match the received "
                     f"bytes' {have[field]!r} (gs://{bucket}/{name})",
                 )
-        return new_object_resource(
-            self._make_object, handler, bucket, name, content_type, metadata, sums
-        )
+        host = handler.headers.get("Host") or "127.0.0.1"
+        return object_resource(host, bucket, name, content_type, metadata, sums)
 
     @staticmethod
     def _name(query: dict, metadata: dict | None) -> str:

@@ -1,43 +1,17 @@
-"""The XML API uploads of LocalGCS: simple PUT and multipart upload (MPU); used by emulator_main.py.
+"""The XML API uploads of LocalGCS: simple PUT and multipart upload (MPU); used by server_main.py.
 
-Why: google-cloud-storage's `transfer_manager.upload_chunks_concurrently`, and with it the
-writers of multi-storage-client and gcs-torch-dataflux, upload large objects with the XML MPU
-(`{api_endpoint}/{bucket}/{quoted object}`, path style on the same host as the JSON API, also
-with STORAGE_EMULATOR_HOST); gcp-storage-emulator has none of it. Implemented as GCS documents
-it (https://cloud.google.com/storage/docs/xml-api/post-object-multipart and its neighbours):
-
-- `PUT /B/O` (no query): the body becomes the object; `x-goog-if-generation-match`,
-  `Content-MD5` / `x-goog-hash` checked; answers `x-goog-generation`, `x-goog-hash:
-  crc32c=..`, and ETag `"<generation>-<size hex>"` (the ETag nginx answers for reads of that
-  generation). Only a request that sends an MD5 (`Content-MD5`, `x-goog-hash: md5=..`) has it
-  computed while answering (as GCS, ETag `"<md5 hex>"` and `md5=..` in x-goog-hash then);
-  otherwise the object's md5Hash is computed later (emulator_storage.LazyMD5), for its JSON
-  metadata.
-- `POST /B/O?uploads`: InitiateMultipartUploadResult with an UploadId; Content-Type and
-  `x-goog-meta-*` are kept for the object; `x-goog-if-generation-match` is checked here and
-  again at completion.
-- `PUT /B/O?partNumber=N&uploadId=U` (1 <= N <= 10000; a repeated N replaces the part): answers
-  ETag and `x-goog-hash: crc32c=..` of the part. GCS's part ETag is the part's MD5; here,
-  unless the request sends an MD5 (then as GCS, `md5=..` in x-goog-hash too), it is the
-  opaque `"<crc32c hex>-<size hex>-<N>"`, not MD5-based. Clients treat it as a token: google-
-  cloud-storage's XMLMPUPart keeps the answer's ETag and XMLMPUContainer sends it back in
-  CompleteMultipartUpload unread (so do multi-storage-client and gcs-torch-dataflux, through
-  them); they check only the x-goog-hash label of their checksum type (crc32c by default;
-  google-cloud-storage 2.19's transfer_manager defaults to md5, which needs md5 here,
-  LocalGCS(md5_in_upload_answers=True); its one user here, gcs-torch-dataflux, passes
-  crc32c).
-- `GET /B/O?uploadId=U`: ListPartsResult.
-- `POST /B/O?uploadId=U` with CompleteMultipartUpload: the listed parts, concatenated in the
-  kernel (copy_file_range), become the object in one commit (a new generation, atomically);
-  the object's crc32c is computed over the whole, its md5Hash later like any upload's (GCS
-  gives such objects none; here they have one, so that every object's metadata looks alike);
-  the answer's ETag is `"<generation>-<size hex>"`; `x-goog-if-generation-match`
-  (header, else the one given at initiation) answers 412. Errors as GCS: NoSuchUpload (404),
-  InvalidPart (400: a part not uploaded or its ETag differs), InvalidPartOrder (400: numbers
-  not ascending), EntityTooSmall (400: a part but the last under 5 MiB), MalformedXML (400).
-- `DELETE /B/O?uploadId=U`: 204; the parts are gone.
-
-Reads (`GET`/`HEAD /B/O`) are nginx's (from disk, like JSON media reads; see nginx_config.py).
+Why: google-cloud-storage's `transfer_manager.upload_chunks_concurrently` (and the writers of
+multi-storage-client and gcs-torch-dataflux on it) upload large objects with the XML MPU,
+path style on the JSON API's host. As GCS documents it (xml-api/post-object-multipart):
+`PUT /B/O` makes the object; `POST ?uploads` starts an upload (Content-Type, `x-goog-meta-*`
+kept); `PUT ?partNumber=N&uploadId=U` stores a part; `GET ?uploadId=U` lists them; `POST
+?uploadId=U` with CompleteMultipartUpload concatenates the listed parts in the kernel into one
+new generation; `DELETE ?uploadId=U` drops them. `x-goog-if-generation-match` answers 412 (at
+initiation and completion); errors as GCS (NoSuchUpload, InvalidPart, InvalidPartOrder,
+EntityTooSmall, MalformedXML). ETags: the MD5 hex when the request sent an MD5 to check, else
+`<generation>-<size hex>` for objects (nginx's ETag of that generation) and the opaque
+`<crc32c hex>-<size hex>-<N>` for parts, which clients send back unread (they check only the
+x-goog-hash label of their checksum, crc32c by default). Reads are nginx's, from disk.
 """
 
 from __future__ import annotations
@@ -51,7 +25,7 @@ import threading
 import xml.etree.ElementTree as ET
 from xml.sax.saxutils import escape
 
-from emulator_http import (
+from server_http import (
     BadRequestBody,
     Pacing,
     body_file,
@@ -60,14 +34,8 @@ from emulator_http import (
     request_started,
     send,
 )
-from emulator_storage import (
-    BucketNotFound,
-    Checksums,
-    PreconditionFailed,
-    copy_range,
-    file_checksums,
-    new_object_resource,
-)
+from server_store import BucketNotFound, PreconditionFailed, object_resource
+from server_sums import Checksums, copy_range, file_checksums
 
 S3_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
 MIN_PART_BYTES = 5 << 20  # every part but the last
@@ -179,17 +147,14 @@ def _check_digests(headers, sums: Checksums) -> None:
 
 
 class XMLUploads:
-    """The XML API upload handlers over one GenerationStorage (emulator_storage.py)."""
+    """The XML API upload handlers over one Store (server_store.py)."""
 
-    def __init__(
-        self, storage, make_object_resource, pacing: Pacing | None = None, inline_md5=False
-    ) -> None:
+    def __init__(self, storage, pacing: Pacing | None = None, inline_md5=False) -> None:
         """`inline_md5`: every upload's MD5 is computed while answering (LocalGCS's
         md5_in_upload_answers): ETags and x-goog-hash as GCS's."""
         self._storage = storage
         self._inline_md5 = inline_md5
         self._pacing = pacing or Pacing()
-        self._make_object = make_object_resource  # the emulator's own object resource builder
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
 
@@ -244,9 +209,8 @@ class XMLUploads:
     # simple upload -----------------------------------------------------------------------------
 
     def _new_object(self, handler, bucket: str, name: str, content_type, meta, sums) -> dict:
-        return new_object_resource(
-            self._make_object, handler, bucket, name, content_type, meta, sums
-        )
+        host = handler.headers.get("Host") or "127.0.0.1"
+        return object_resource(host, bucket, name, content_type, meta, sums)
 
     def _object_headers(self, obj: dict, sums: Checksums) -> dict[str, str]:
         etag = sums.md5_hex if sums.md5_hex is not None else obj["etag"]
