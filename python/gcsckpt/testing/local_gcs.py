@@ -268,14 +268,14 @@ class LocalGCS:
         self._require_running()
         json_api.create_bucket(self.endpoint, name, soft_delete_retention_s=soft_delete_retention_s)
 
-    def put(self, bucket: str, name: str, data: bytes) -> None:
-        """Writes `data` as gs://bucket/name (through nginx to the server).
+    def put(self, bucket: str, name: str, data: bytes) -> int:
+        """Writes `data` as gs://bucket/name (through nginx to the server); its generation.
 
         Raises:
           FileNotFoundError: the bucket does not exist.
         """
         self._require_running()
-        json_api.upload(self.endpoint, bucket, name, data)
+        return int(json_api.upload(self.endpoint, bucket, name, data)["generation"])
 
     def get(self, bucket: str, name: str) -> bytes:
         """The content of gs://bucket/name, by one media GET through nginx.
