@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gcsckpt.testing.faults import Fault, FaultPlan
 from gcsckpt.testing.ports import LOOPBACK
+from gcsckpt.testing.server_http import body_chunks
 
 _HOP_BY_HOP = {
     "connection",
@@ -88,20 +89,9 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     # request side -----------------------------------------------------------------------------
 
     def _read_body(self) -> bytes | None:
-        length = self.headers.get("Content-Length")
-        if length is not None:
-            return self.rfile.read(int(length))
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            parts = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
-                    return b"".join(parts)
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-        return None
+        if self.headers.get("Content-Length") is None and not self.headers.get("Transfer-Encoding"):
+            return None
+        return b"".join(body_chunks(self.rfile, self.headers))
 
     def _proxy(self) -> None:
         body = self._read_body()

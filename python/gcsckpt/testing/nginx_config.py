@@ -66,16 +66,11 @@ class NginxSettings:
       listen_port: nginx's port on 127.0.0.1.
       server_port: the GCS server's port on 127.0.0.1.
       objects_root: absolute path of `<data>/.cloudstorage`.
-      generations_root: absolute path of `<data>/.generations` (one hard link per live version,
-        `B/G/O`); "" derives it from objects_root.
       run_dir: absolute folder for pid and temp files.
       log_dir: absolute folder for `nginx_error.log` and `nginx_media_access.log`.
       latency_s: first-byte delay added to every media read, seconds (0: none).
       rate_bytes_per_s: per-request bandwidth cap on media reads, bytes/s (0: none).
       workers: nginx worker processes.
-      upload_body_files: nginx writes upload bodies (JSON `/upload/...`, XML PUT/POST) to files
-        on the data disk and hands the server their path instead of the bytes (see the
-        module docstring); False proxies the bytes (kept to measure against).
     """
 
     listen_port: int
@@ -86,8 +81,6 @@ class NginxSettings:
     latency_s: float = 0.0
     rate_bytes_per_s: int = 0
     workers: int = 2
-    generations_root: str = ""
-    upload_body_files: bool = True
 
     @property
     def upload_body_dir(self) -> str:
@@ -96,9 +89,8 @@ class NginxSettings:
 
     @property
     def generations_dir(self) -> str:
-        return self.generations_root or os.path.join(
-            os.path.dirname(self.objects_root), ".generations"
-        )
+        """`<data>/.generations`: one hard link per live version, `B/G/O`."""
+        return os.path.join(os.path.dirname(self.objects_root), ".generations")
 
     @property
     def error_log(self) -> str:
@@ -167,8 +159,6 @@ def render(s: NginxSettings) -> str:
         'proxy_pass_request_body off; proxy_set_header Content-Length ""; '
         f"proxy_set_header {BODY_FILE_HEADER} $request_body_file; "
         f"proxy_set_header {ELAPSED_HEADER} $request_time;"
-        if s.upload_body_files
-        else ""
     )
     # What every media answer gets, whichever generation it serves: logged, delayed and paced
     # like GCS, with its generation, and GCS's 404 body.

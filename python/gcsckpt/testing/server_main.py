@@ -27,7 +27,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_http import JSON_API_ROOTS, Pacing, read_small_body, send  # noqa: E402
+from server_http import JSON_API_ROOTS, JSON_TYPE, APIError, Pacing, read_small_body, send  # noqa: E402
 from server_store import (  # noqa: E402
     Conflict,
     NotFound,
@@ -37,7 +37,7 @@ from server_store import (  # noqa: E402
     selects_md5,
 )
 from server_sums import copy_range, file_checksums  # noqa: E402
-from server_uploads import JSONUploads  # noqa: E402
+from server_uploads import JSONUploads, as_api_error  # noqa: E402
 from server_xml import XMLUploads  # noqa: E402
 
 EXIT_BIND_FAILED = 3
@@ -59,14 +59,6 @@ _ROUTES = [
         (r"^/(?:download/)?storage/v1/b/(?P<bucket>[^/]+)/o/(?P<object>.+)$", "object"),
     )
 ]
-
-
-class APIError(Exception):
-    """One JSON API error answer: HTTP status, reason, message."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason = status, reason
 
 
 def xml_target(raw_path: str) -> tuple[str, str] | None:
@@ -119,25 +111,16 @@ class Handler(BaseHTTPRequestHandler):
                 return self.server.json_uploads.handle(self, method, args["bucket"], query)
             try:
                 status, answer = getattr(self, f"_{name}")(method, query, **args)
-            except APIError as err:
-                status, answer = err.status, _error(err.status, err.reason, str(err))
-            except NotFound as err:
-                status, answer = 404, _error(404, "notFound", str(err))
-            except ValueError as err:  # a bad number, an object name with a ".." segment
-                status, answer = 400, _error(400, "invalid", str(err))
-            except PreconditionFailed as err:
-                status, answer = 412, _error(412, "conditionNotMet", str(err))
-            except Conflict as err:
-                status, answer = 409, _error(409, "conflict", str(err))
+            except (APIError, NotFound, PreconditionFailed, Conflict, ValueError) as err:
+                return as_api_error(err).send(self)
             if isinstance(answer, bytes):
                 return send(self, status, answer, {"Content-Type": "application/octet-stream"})
             body = json.dumps(answer).encode() if answer is not None else b""
-            return send(self, status, body, {"Content-Type": "application/json; charset=UTF-8"})
+            return send(self, status, body, {"Content-Type": JSON_TYPE})
         target = xml_target(self.path)
         if target is not None and not (method in ("GET", "HEAD") and "uploadId" not in query):
             return self.server.xml_uploads.handle(self, method, *target, query)
-        body = json.dumps(_error(404, "notFound", f"no route for {method} {split.path}"))
-        send(self, 404, body.encode(), {"Content-Type": "application/json"})
+        APIError(404, "notFound", f"no route for {method} {split.path}").send(self)
 
     def _json_body(self) -> dict:
         raw = read_small_body(self, self.server.store)
@@ -163,8 +146,7 @@ class Handler(BaseHTTPRequestHandler):
         if method == "PATCH" or method == "PUT":
             return 200, store.patch_bucket(bucket, self._json_body())
         if method == "DELETE":
-            store.delete_bucket(bucket)
-            return 204, None
+            raise APIError(501, "notImplemented", f"deleting bucket {bucket!r} is not supported")
         with store.lock:
             return 200, dict(store.bucket(bucket))
 
@@ -263,11 +245,6 @@ class Handler(BaseHTTPRequestHandler):
         obj = object_resource(host, bucket, name, content_type, fields, sums)
         wanted = (query.get("ifGenerationMatch") or [None])[0]
         return store.commit_file(bucket, name, whole, obj, wanted)
-
-
-def _error(status: int, reason: str, message: str) -> dict:
-    errors = [{"domain": "global", "reason": reason, "message": message}]
-    return {"error": {"code": status, "message": message, "errors": errors}}
 
 
 class _Server(ThreadingHTTPServer):

@@ -57,8 +57,10 @@ class Conflict(Exception):
     """The bucket exists already, or is not empty; answered as HTTP 409."""
 
 
-def now_rfc3339() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def now_rfc3339(after_s: float = 0.0) -> str:
+    """Now (plus `after_s` seconds) as GCS writes times: RFC 3339, UTC, microseconds."""
+    when = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=after_s)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def generation_mtime(generation: int) -> int:
@@ -364,7 +366,7 @@ class Store:
             self.buckets[name] = bucket
             os.makedirs(os.path.join(self.objects_root, name), exist_ok=True)
             self.changed()
-            return bucket
+            return dict(bucket)
 
     def bucket(self, name: str) -> dict:
         """The resource of bucket `name`. Raises BucketNotFound."""
@@ -382,20 +384,7 @@ class Store:
             bucket["metageneration"] = str(int(bucket.get("metageneration", "1")) + 1)
             bucket["updated"] = now_rfc3339()
             self.changed()
-            return bucket
-
-    def delete_bucket(self, name: str) -> None:
-        """Deletes an empty bucket. Raises BucketNotFound, Conflict (it holds objects)."""
-        with self.lock:
-            self.bucket(name)
-            if self.objects.get(name):
-                raise Conflict(f"bucket {name!r} is not empty")
-            del self.buckets[name]
-            self.objects.pop(name, None)
-            self.soft_deleted.pop(name, None)
-            for root in (self.objects_root, self._gen_root, self._soft_root):
-                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-            self.changed()
+            return dict(bucket)
 
     def _retention_s(self, bucket: str) -> int:
         policy = self.buckets[bucket].get("softDeletePolicy") or {}
@@ -432,7 +421,7 @@ class Store:
         soft_deleted: bool = False,
         md5: bool = True,
     ) -> tuple[list[dict], list[str]]:
-        """(objects sorted by name, then generation; prefixes sorted) of a listing.
+        """(copies of the objects, sorted by name, then generation; prefixes sorted).
 
         Raises:
           NotFound: the bucket does not exist.
@@ -463,7 +452,7 @@ class Store:
                         kept.append(obj)
                 found = kept
             found.sort(key=lambda o: (o["name"], int(o["generation"])))
-            return found, sorted(prefixes)
+            return [dict(o) for o in found], sorted(prefixes)
 
     def check_precondition(self, bucket: str, name: str, wanted: str | int | None) -> None:
         """Raises PreconditionFailed unless gs://bucket/name is at generation `wanted`
@@ -542,7 +531,7 @@ class Store:
             obj["metageneration"] = str(int(obj.get("metageneration", "1")) + 1)
             obj["updated"] = now_rfc3339()
             self.changed()
-            return self.fill_md5(obj)
+            return dict(self.fill_md5(obj))
 
     def delete_object(self, bucket: str, name: str, if_generation_match=None) -> None:
         """Deletes the live gs://bucket/name; with the bucket's soft delete on, its generation
@@ -559,10 +548,8 @@ class Store:
             if retention > 0:
                 generation = obj["generation"]
                 keep_as = self._link_path(self._soft_root, bucket, name, generation)
-                now = datetime.datetime.now(datetime.UTC)
-                hard = now + datetime.timedelta(seconds=retention)
-                soft = {**obj, "softDeleteTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
-                soft["hardDeleteTime"] = hard.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+                soft = {**obj, "softDeleteTime": now_rfc3339()}
+                soft["hardDeleteTime"] = now_rfc3339(retention)
                 self.soft_deleted.setdefault(bucket, {}).setdefault(name, {})[generation] = soft
             self._unlink(bucket, name, keep_as)
             del self.objects[bucket][name]

@@ -86,13 +86,6 @@ def file_checksums(
     return Checksums.of(size, crc.digest(), md5_hash.digest() if md5_hash else None)
 
 
-def generation_etag(generation: int | str, size: int) -> str:
-    """The etag (unquoted) of an object whose MD5 its upload did not compute: nginx's own ETag
-    of the generation's file (`<mtime hex>-<size hex>`, the mtime's hex digits being the
-    generation's decimal ones), so JSON, XML answers and nginx's media reads agree."""
-    return f"{generation}-{size:x}"
-
-
 class LazyMD5:
     """The MD5 of one generation's bytes (its link file `path`, never written again), computed
     once: step by step by the idle worker, or at once by an answer that needs it (`finish`,

@@ -25,6 +25,8 @@ import urllib.parse
 
 import google_crc32c
 from server_http import (
+    JSON_TYPE,
+    APIError,
     BadRequestBody,
     Pacing,
     body_file,
@@ -33,30 +35,11 @@ from server_http import (
     request_started,
     send,
 )
-from server_store import BucketNotFound, PreconditionFailed, object_resource
+from server_store import BucketNotFound, Conflict, NotFound, PreconditionFailed, object_resource
 from server_sums import HASHING_SLOTS, Checksums, copy_range, file_checksums
 
 _RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)")
 _HEAD_BYTES = 1 << 20  # a multipart upload's metadata part lies within its first MiB
-
-
-class UploadError(Exception):
-    """One JSON API error answer: HTTP status, reason, message."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason = status, reason
-
-    def body(self) -> bytes:
-        return json.dumps(
-            {
-                "error": {
-                    "code": self.status,
-                    "message": str(self),
-                    "errors": [{"domain": "global", "reason": self.reason, "message": str(self)}],
-                }
-            }
-        ).encode()
 
 
 @dataclasses.dataclass
@@ -90,14 +73,14 @@ class JSONUploads:
     def handle(self, handler, method: str, bucket: str, query: dict) -> None:
         """Answers one `/upload/storage/v1/b/{bucket}/o` request (query: parse_qs of the URL)."""
         started = request_started(handler)
-        json_type = {"Content-Type": "application/json; charset=UTF-8"}
+        json_type = {"Content-Type": JSON_TYPE}
         try:
             status, obj, headers, nbytes = self._route(handler, method, bucket, query)
             body = json.dumps(obj).encode() if obj is not None else b""
             if obj is not None:
                 headers = {**headers, **json_type}
-        except (UploadError, PreconditionFailed, BucketNotFound, BadRequestBody) as err:
-            error = _as_upload_error(err)
+        except (APIError, PreconditionFailed, BucketNotFound, BadRequestBody, ValueError) as err:
+            error = as_api_error(err)
             status, body, headers, nbytes = error.status, error.body(), json_type, 0
         self._pacing.pace(started, nbytes)  # errors too: every answer takes the latency
         send(handler, status, body, headers)
@@ -110,7 +93,7 @@ class JSONUploads:
             return self._chunk(handler, upload_id)
         kind = (query.get("uploadType") or [""])[0]
         if method != "POST" or kind not in ("media", "multipart", "resumable"):
-            raise UploadError(400, "invalid", f"unsupported upload: {method} uploadType={kind!r}")
+            raise APIError(400, "invalid", f"unsupported upload: {method} uploadType={kind!r}")
         if kind == "resumable":
             return self._start(handler, bucket, query)
         if kind == "multipart":
@@ -135,7 +118,7 @@ class JSONUploads:
         have = {"crc32c": sums.crc32c, "md5Hash": sums.md5}
         for field, value in sent:
             if value != have[field]:
-                raise UploadError(
+                raise APIError(
                     400,
                     "invalid",
                     f"Provided {field} {value!r} doesn't match the received "
@@ -148,7 +131,7 @@ class JSONUploads:
     def _name(query: dict, metadata: dict | None) -> str:
         name = (query.get("name") or [None])[0] or (metadata or {}).get("name")
         if not name:
-            raise UploadError(400, "required", "Required parameter: name")
+            raise APIError(400, "required", "Required parameter: name")
         return name
 
     @staticmethod
@@ -178,7 +161,7 @@ class JSONUploads:
         self._storage.require_bucket(bucket)
         match = re.search(r'boundary="?([^";]+)"?', handler.headers.get("Content-Type") or "")
         if not match:
-            raise UploadError(400, "invalid", "multipart upload without a boundary")
+            raise APIError(400, "invalid", "multipart upload without a boundary")
         path = body_file(handler, self._storage)
         content = self._storage.new_temp_path()
         try:
@@ -203,7 +186,7 @@ class JSONUploads:
         try:
             metadata = json.loads(raw) if raw.strip() else {}
         except ValueError as err:
-            raise UploadError(400, "parseError", f"resumable metadata is not JSON: {err}") from err
+            raise APIError(400, "parseError", f"resumable metadata is not JSON: {err}") from err
         name = self._name(query, metadata)
         with self._storage.lock:
             self._storage.require_bucket(bucket)
@@ -239,7 +222,7 @@ class JSONUploads:
         with self._lock:
             session = self._sessions.pop(upload_id, None)
         if session is None:
-            raise UploadError(404, "notFound", f"No such upload session: {upload_id}")
+            raise APIError(404, "notFound", f"No such upload session: {upload_id}")
         with session.lock:
             if os.path.exists(session.path):
                 os.unlink(session.path)
@@ -254,11 +237,11 @@ class JSONUploads:
                 body_file_path = body_file(handler, self._storage)  # drain, then report it
                 os.unlink(body_file_path)
                 return 200, done, {}, 0
-            raise UploadError(404, "notFound", f"No such upload session: {upload_id}")
+            raise APIError(404, "notFound", f"No such upload session: {upload_id}")
         header = (handler.headers.get("Content-Range") or "").strip()
         match = _RANGE.fullmatch(header) if header else None
         if header and match is None:
-            raise UploadError(400, "invalid", f"bad Content-Range {header!r}")
+            raise APIError(400, "invalid", f"bad Content-Range {header!r}")
         path = body_file(handler, self._storage)
         try:
             with session.lock:
@@ -266,7 +249,7 @@ class JSONUploads:
                     with self._lock:
                         done = self._completed.get(upload_id)
                     if done is None:
-                        raise UploadError(404, "notFound", f"No such upload session: {upload_id}")
+                        raise APIError(404, "notFound", f"No such upload session: {upload_id}")
                     return 200, done, {}, 0
                 size = os.path.getsize(path)
                 if match is None:  # the whole object in one request
@@ -274,19 +257,19 @@ class JSONUploads:
                 elif match.group(1) is None:  # bytes */T: the status query
                     first, total = session.committed, _total(match.group(3))
                     if size:
-                        raise UploadError(400, "invalid", "a status query carries no body")
+                        raise APIError(400, "invalid", "a status query carries no body")
                 else:
                     first, last = int(match.group(1)), int(match.group(2))
                     total = _total(match.group(3))
                     if last - first + 1 != size:
-                        raise UploadError(
+                        raise APIError(
                             400,
                             "invalid",
                             f"Content-Range {header!r} declares "
                             f"{last - first + 1} bytes, the body has {size}",
                         )
                 if first > session.committed:
-                    raise UploadError(
+                    raise APIError(
                         400,
                         "invalid",
                         f"chunk starts at byte {first}, but only "
@@ -297,7 +280,7 @@ class JSONUploads:
                 if size > skip:
                     self._append(session, path, skip, size - skip)
                 if total is not None and session.committed > total:
-                    raise UploadError(
+                    raise APIError(
                         400,
                         "invalid",
                         f"{session.committed} bytes committed, more than the "
@@ -361,14 +344,17 @@ class JSONUploads:
         return obj
 
 
-def _as_upload_error(err: Exception) -> UploadError:
-    if isinstance(err, UploadError):
+def as_api_error(err: Exception) -> APIError:
+    """The JSON API answer to an error of the store, of a request body or an APIError."""
+    if isinstance(err, APIError):
         return err
-    if isinstance(err, PreconditionFailed):
-        return UploadError(412, "conditionNotMet", f"Precondition Failed: {err}")
-    if isinstance(err, BucketNotFound):
-        return UploadError(404, "notFound", f"The specified bucket does not exist: {err}")
-    return UploadError(400, "invalid", f"Bad request body: {err}")
+    status, reason = {
+        PreconditionFailed: (412, "conditionNotMet"),
+        BucketNotFound: (404, "notFound"),
+        NotFound: (404, "notFound"),
+        Conflict: (409, "conflict"),
+    }.get(type(err), (400, "invalid"))
+    return APIError(status, reason, str(err))
 
 
 def _total(text: str) -> int | None:
@@ -392,17 +378,17 @@ def _split_multipart(path: str, boundary: str) -> tuple[dict, str, int, int]:
     delim = b"--" + boundary.encode()
     first = head.find(delim)
     if first < 0:
-        raise UploadError(400, "invalid", f"multipart body without the boundary {boundary!r}")
+        raise APIError(400, "invalid", f"multipart body without the boundary {boundary!r}")
     eol = b"\r\n" if head[first + len(delim) : first + len(delim) + 2] == b"\r\n" else b"\n"
     headers_end = head.find(eol + eol, first)
     second = head.find(eol + delim + eol, headers_end)
     content_headers_end = head.find(eol + eol, second + len(eol))
     if min(headers_end, second, content_headers_end) < 0:
-        raise UploadError(400, "invalid", "multipart body without its two parts")
+        raise APIError(400, "invalid", "multipart body without its two parts")
     try:
         metadata = json.loads(head[headers_end + 2 * len(eol) : second] or b"{}")
     except ValueError as err:
-        raise UploadError(400, "parseError", f"multipart metadata is not JSON: {err}") from err
+        raise APIError(400, "parseError", f"multipart metadata is not JSON: {err}") from err
     content_type = "application/octet-stream"
     for line in head[second + 2 * len(eol) + len(delim) : content_headers_end].split(eol):
         key, _, value = line.decode("latin-1").partition(":")
@@ -411,8 +397,8 @@ def _split_multipart(path: str, boundary: str) -> tuple[dict, str, int, int]:
     start = content_headers_end + 2 * len(eol)
     end_at = tail.rfind(eol + delim + b"--")
     if end_at < 0:
-        raise UploadError(400, "invalid", "multipart body without its closing delimiter")
+        raise APIError(400, "invalid", "multipart body without its closing delimiter")
     end = tail_at + end_at
     if end < start:
-        raise UploadError(400, "invalid", "multipart content part ends before it starts")
+        raise APIError(400, "invalid", "multipart content part ends before it starts")
     return metadata, metadata.get("contentType") or content_type, start, end - start

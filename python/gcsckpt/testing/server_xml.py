@@ -49,28 +49,39 @@ _HEADER_FIELDS = {
 }
 
 
-class XMLError(Exception):
-    """One GCS XML API error answer: status, Code, Message, Details."""
+# GCS's Message for each error Code (what these answers use of its error table).
+_MESSAGES = {
+    "BadDigest": "The digest you specified did not match what we received.",
+    "EntityTooSmall": "Your proposed upload is smaller than the minimum allowed object size.",
+    "IncompleteBody": "The request body is incomplete.",
+    "InvalidArgument": "Part number must be an integer between 1 and 10000, inclusive.",
+    "InvalidPart": "One or more of the specified parts could not be found.",
+    "InvalidPartOrder": "The list of parts was not in ascending order.",
+    "MalformedXML": "The XML you provided was not well-formed.",
+    "NoSuchBucket": "The specified bucket does not exist.",
+    "NoSuchUpload": "The requested upload was not found.",
+    "NotImplemented": "A header or query you provided implies functionality not implemented.",
+    "PreconditionFailed": "At least one of the pre-conditions you specified did not hold.",
+}
 
-    def __init__(self, status: int, code: str, message: str, details: str = "") -> None:
-        super().__init__(f"{status} {code}: {message} {details}")
-        self.status, self.code, self.message, self.details = status, code, message, details
+
+class XMLError(Exception):
+    """One GCS XML API error answer: status, Code (a key of _MESSAGES), Details."""
+
+    def __init__(self, status: int, code: str, details: str = "") -> None:
+        super().__init__(f"{status} {code}: {_MESSAGES[code]} {details}")
+        self.status, self.code, self.details = status, code, details
 
     def body(self) -> bytes:
         return (
             "<?xml version='1.0' encoding='UTF-8'?><Error>"
-            f"<Code>{escape(self.code)}</Code><Message>{escape(self.message)}</Message>"
+            f"<Code>{escape(self.code)}</Code><Message>{escape(_MESSAGES[self.code])}</Message>"
             f"<Details>{escape(self.details)}</Details></Error>"
         ).encode()
 
 
 def _no_such_upload(upload_id: str) -> XMLError:
-    return XMLError(
-        404,
-        "NoSuchUpload",
-        "The requested upload was not found.",
-        f"No such upload: {upload_id}",
-    )
+    return XMLError(404, "NoSuchUpload", f"No such upload: {upload_id}")
 
 
 @dataclasses.dataclass
@@ -129,20 +140,12 @@ def _check_digests(headers, sums: Checksums) -> None:
     """Content-MD5 and x-goog-hash sent by the client must match the bytes received."""
     sent_md5 = headers.get("Content-MD5")
     if sent_md5 and sent_md5 != sums.md5:
-        raise XMLError(
-            400,
-            "BadDigest",
-            "The Content-MD5 you specified did not match what we received.",
-            f"Content-MD5 {sent_md5}, received bytes have {sums.md5}",
-        )
+        raise XMLError(400, "BadDigest", f"Content-MD5 {sent_md5}, received bytes have {sums.md5}")
     for label, value in goog_hashes(headers):
         have = {"crc32c": sums.crc32c, "md5": sums.md5}.get(label)
         if have is not None and value != have:
             raise XMLError(
-                400,
-                "BadDigest",
-                f"The {label} you specified did not match what we received.",
-                f"x-goog-hash {label}={value}, received bytes have {have}",
+                400, "BadDigest", f"x-goog-hash {label}={value}, received bytes have {have}"
             )
 
 
@@ -163,22 +166,15 @@ class XMLUploads:
         handler.gcs_started = request_started(handler)  # per request (threads share self)
         try:
             self._route(handler, method, bucket, name, query)
-        except XMLError as err:
+        except (XMLError, PreconditionFailed, BucketNotFound, BadRequestBody) as err:
+            if not isinstance(err, XMLError):
+                status, code = {
+                    PreconditionFailed: (412, "PreconditionFailed"),
+                    BucketNotFound: (404, "NoSuchBucket"),
+                    BadRequestBody: (400, "IncompleteBody"),
+                }[type(err)]
+                err = XMLError(status, code, str(err))
             self._answer(handler, err.status, err.body(), {"Content-Type": "application/xml"})
-        except PreconditionFailed as err:
-            e = XMLError(
-                412,
-                "PreconditionFailed",
-                "At least one of the pre-conditions you specified did not hold.",
-                str(err),
-            )
-            self._answer(handler, 412, e.body(), {"Content-Type": "application/xml"})
-        except BucketNotFound as err:
-            e = XMLError(404, "NoSuchBucket", "The specified bucket does not exist.", str(err))
-            self._answer(handler, 404, e.body(), {"Content-Type": "application/xml"})
-        except BadRequestBody as err:
-            e = XMLError(400, "IncompleteBody", "The request body is incomplete.", str(err))
-            self._answer(handler, 400, e.body(), {"Content-Type": "application/xml"})
 
     def _answer(self, handler, status, body=b"", headers=None, nbytes: int = 0) -> None:
         """Sends one answer once the latency model allows (`nbytes`: body bytes received)."""
@@ -199,12 +195,7 @@ class XMLUploads:
             return self._abort(handler, bucket, name, upload_id)
         if method == "GET" and upload_id is not None:
             return self._list_parts(handler, bucket, name, upload_id)
-        raise XMLError(
-            501,
-            "NotImplemented",
-            "A header or query you provided implies functionality that is not implemented.",
-            f"{method} {handler.path}",
-        )
+        raise XMLError(501, "NotImplemented", f"{method} {handler.path}")
 
     # simple upload -----------------------------------------------------------------------------
 
@@ -270,12 +261,7 @@ class XMLUploads:
         session = self._session(bucket, name, upload_id)
         raw = (query.get("partNumber") or [""])[0]
         if not re.fullmatch(r"[0-9]{1,5}", raw) or not 1 <= int(raw) <= MAX_PART_NUMBER:
-            raise XMLError(
-                400,
-                "InvalidArgument",
-                "Part number must be an integer between 1 and 10000, inclusive.",
-                f"partNumber={raw!r}",
-            )
+            raise XMLError(400, "InvalidArgument", f"partNumber={raw!r}")
         number = int(raw)
         path = body_file(handler, self._storage)
         try:
@@ -317,38 +303,20 @@ class XMLUploads:
         try:
             root = ET.fromstring(doc)
         except ET.ParseError as err:
-            raise XMLError(
-                400,
-                "MalformedXML",
-                "The XML you provided was not well-formed or did not "
-                "validate against our published schema.",
-                str(err),
-            ) from err
+            raise XMLError(400, "MalformedXML", str(err)) from err
         local = lambda tag: tag.rsplit("}", 1)[-1]  # noqa: E731 (namespace optional)
         listed = []
         if local(root.tag) != "CompleteMultipartUpload":
-            raise XMLError(
-                400,
-                "MalformedXML",
-                "The XML you provided was not well-formed.",
-                f"root element {local(root.tag)!r}",
-            )
+            raise XMLError(400, "MalformedXML", f"root element {local(root.tag)!r}")
         for part in root:
             if local(part.tag) != "Part":
                 continue
             fields = {local(child.tag): (child.text or "").strip() for child in part}
             if not re.fullmatch(r"[0-9]{1,5}", fields.get("PartNumber", "")):
-                raise XMLError(
-                    400,
-                    "MalformedXML",
-                    "The XML you provided was not well-formed.",
-                    f"PartNumber {fields.get('PartNumber')!r}",
-                )
+                raise XMLError(400, "MalformedXML", f"PartNumber {fields.get('PartNumber')!r}")
             listed.append((int(fields["PartNumber"]), fields.get("ETag", "").strip('"')))
         if not listed:
-            raise XMLError(
-                400, "MalformedXML", "The XML you provided was not well-formed.", "no Part elements"
-            )
+            raise XMLError(400, "MalformedXML", "no Part elements")
         return listed
 
     def _complete(self, handler, bucket, name, upload_id) -> None:
@@ -359,39 +327,23 @@ class XMLUploads:
                 raise _no_such_upload(upload_id)
             numbers = [n for n, _ in listed]
             if any(b <= a for a, b in zip(numbers, numbers[1:], strict=False)):
-                raise XMLError(
-                    400,
-                    "InvalidPartOrder",
-                    "The list of parts was not in ascending order. The "
-                    "parts list must be specified in order by part number.",
-                    f"parts {numbers}",
-                )
+                raise XMLError(400, "InvalidPartOrder", f"parts {numbers}")
             chosen = []
             for n, etag in listed:
                 part = session.parts.get(n)
                 if part is None or etag != part.etag:
-                    raise XMLError(
-                        400,
-                        "InvalidPart",
-                        "One or more of the specified parts could not be "
-                        "found. The part might not have been uploaded, or the specified entity "
-                        "tag might not have matched the part's entity tag.",
-                        f"part {n}: "
-                        + (
-                            "not uploaded"
-                            if part is None
-                            else f"ETag {etag!r}, uploaded {part.etag!r}"
-                        ),
+                    why = (
+                        "not uploaded" if part is None else f"ETag {etag!r}, uploaded {part.etag!r}"
                     )
+                    raise XMLError(400, "InvalidPart", f"part {n}: {why}")
                 chosen.append((n, part))
             for n, part in chosen[:-1]:
                 if part.sums.size < MIN_PART_BYTES:
                     raise XMLError(
                         400,
                         "EntityTooSmall",
-                        "Your proposed upload is smaller than the minimum allowed object size.",
-                        f"part {n} has {part.sums.size} bytes, every "
-                        f"part but the last needs {MIN_PART_BYTES}",
+                        f"part {n} has {part.sums.size} bytes, every part but the last "
+                        f"needs {MIN_PART_BYTES}",
                     )
             wanted = handler.headers.get("x-goog-if-generation-match") or (
                 session.if_generation_match
