@@ -10,15 +10,8 @@ import re
 import threading
 import urllib.parse
 
-KINDS = (
-    "status",
-    "reset_mid_body",
-    "stall",
-    "short_body",
-    "wrong_content_range",
-    "ignore_range",
-    "ignore_generation",
-)
+KINDS = ("status", "reset_mid_body", "stall", "short_body", "wrong_content_range")
+KINDS += ("ignore_range", "ignore_generation")  # upstream asked without Range / generation=
 
 _OBJECT_PATH = re.compile(r"^/(?:download/|upload/)?storage/v1/b/[^/]+/o/(?P<object>[^?]+)")
 # The object resource's "name" in a multipart upload's first part or a resumable upload's start.

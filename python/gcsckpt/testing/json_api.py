@@ -58,8 +58,7 @@ def create_bucket(
 
     `soft_delete_retention_s`: the bucket's `softDeletePolicy.retentionDurationSeconds` (0: no
     soft delete, deletes are final), set by a PATCH of the bucket (so that an existing bucket
-    gets it too); None leaves GCS's default for new buckets
-    (7 days).
+    gets it too); None leaves GCS's default for new buckets (7 days).
 
     Raises:
       GCSHTTPError: any other answer than 200 (or 409 with `exist_ok`), or a refused PATCH.

@@ -46,18 +46,18 @@ def _stop_all(procs: list[ManagedProcess], cleanup_dirs: list[str]) -> None:
 class LocalGCS:
     """A GCS JSON API endpoint on 127.0.0.1, for tests and the default benchmark run.
 
-    The server (server_main.py, threaded, on disk) handles uploads, metadata, listing,
-    deletes, compose and copy; nginx serves media reads straight from the server's files with
-    keep-alive and full Range semantics (206 + Content-Range, 416, suffix ranges), writes
-    upload bodies to the data disk for the server to rename into place, and proxies everything
-    else. The XML API's uploads (simple PUT, multipart upload) work too.
+    The server (server_main.py, threaded, on disk) handles uploads (JSON and XML API),
+    metadata, listing, deletes, compose and copy; nginx serves media reads straight from its
+    files with keep-alive and full Range semantics (206 + Content-Range, 416, suffix ranges),
+    writes upload bodies to the data disk for the server to rename into place, and proxies
+    everything else.
 
-    Like GCS: every media answer carries ``x-goog-generation``;
-    ``generation=`` and ``ifGenerationMatch=`` on media reads answer 404 / 412 when the object's
-    generation differs; ``ifGenerationMatch`` on media, multipart and resumable uploads answers
-    412 when it does not hold (``0``: create only if absent); a later write has a larger
-    generation; an overwrite is atomic (a read sees one version whole); 0-byte uploads work.
-    See server_store.py and nginx_config.py for how.
+    Like GCS: every media answer carries ``x-goog-generation``; ``generation=`` and
+    ``ifGenerationMatch=`` on media reads answer 404 / 412 when the object's generation
+    differs; ``ifGenerationMatch`` on media, multipart and resumable uploads answers 412 when
+    it does not hold (``0``: create only if absent); a later write has a larger generation; an
+    overwrite is atomic (a read sees one version whole); 0-byte uploads work. See
+    server_store.py and nginx_config.py for how.
 
     Args:
       data_dir: folder for objects (kept: reusing it later serves the same buckets and objects);

@@ -36,7 +36,7 @@ from server_store import (  # noqa: E402
     object_resource,
     selects_md5,
 )
-from server_sums import copy_range, file_checksums  # noqa: E402
+from server_sums import concatenate, file_checksums  # noqa: E402
 from server_uploads import JSONUploads, as_api_error  # noqa: E402
 from server_xml import XMLUploads  # noqa: E402
 
@@ -80,22 +80,9 @@ class Handler(BaseHTTPRequestHandler):
         logging.debug("%s %s", self.address_string(), format % args)
 
     def do_GET(self):  # noqa: N802 (base class naming)
-        self._serve("GET")
+        self._serve(self.command)
 
-    def do_HEAD(self):  # noqa: N802
-        self._serve("HEAD")
-
-    def do_POST(self):  # noqa: N802
-        self._serve("POST")
-
-    def do_PUT(self):  # noqa: N802
-        self._serve("PUT")
-
-    def do_PATCH(self):  # noqa: N802
-        self._serve("PATCH")
-
-    def do_DELETE(self):  # noqa: N802
-        self._serve("DELETE")
+    do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = do_GET
 
     def _serve(self, method: str) -> None:
         split = urllib.parse.urlsplit(self.path)
@@ -129,8 +116,6 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError as err:
             raise APIError(400, "parseError", f"request body is not JSON: {err}") from err
 
-    # buckets ---------------------------------------------------------------------------------
-
     def _buckets(self, method, query):
         store = self.server.store
         if method == "POST":
@@ -149,8 +134,6 @@ class Handler(BaseHTTPRequestHandler):
             raise APIError(501, "notImplemented", f"deleting bucket {bucket!r} is not supported")
         with store.lock:
             return 200, dict(store.bucket(bucket))
-
-    # objects ---------------------------------------------------------------------------------
 
     def _objects(self, method, query, bucket):
         one = lambda key, default="": (query.get(key) or [default])[0]  # noqa: E731
@@ -230,15 +213,7 @@ class Handler(BaseHTTPRequestHandler):
     def _commit_copy(self, bucket, name, paths, fields, query) -> dict:
         store = self.server.store
         whole = store.new_temp_path()
-        fd = os.open(whole, os.O_WRONLY)
-        try:
-            at = 0
-            for path in paths:
-                size = os.path.getsize(path)
-                copy_range(path, fd, at, size)
-                at += size
-        finally:
-            os.close(fd)
+        concatenate(paths, whole)
         sums = file_checksums(whole)
         content_type = fields.get("contentType") or "application/octet-stream"
         host = self.headers.get("Host") or "127.0.0.1"

@@ -110,11 +110,14 @@ def object_resource(
         "updated": now,
         "timeStorageClassUpdated": now,
     }
-    for key in ("contentEncoding", "contentDisposition", "contentLanguage", "cacheControl"):
-        if (metadata or {}).get(key):
-            obj[key] = metadata[key]
-    if (metadata or {}).get("metadata"):
-        obj["metadata"] = dict(metadata["metadata"])
+    fields = (
+        "contentEncoding",
+        "contentDisposition",
+        "contentLanguage",
+        "cacheControl",
+        "metadata",
+    )
+    obj.update({key: value for key, value in (metadata or {}).items() if key in fields and value})
     if sums.md5 is not None:
         obj.update(md5Hash=sums.md5, etag=sums.md5)
     return obj
@@ -170,8 +173,6 @@ class Store:
         if md5_worker:
             threading.Thread(target=self._md5_worker, name="md5-idle", daemon=True).start()
 
-    # the `.meta` file ----------------------------------------------------------------------
-
     def changed(self) -> None:
         """Marks `.meta` stale (the flusher writes it within META_FLUSH_S)."""
         self._meta_dirty.set()
@@ -197,8 +198,6 @@ class Store:
         with open(tmp, "w") as f:
             json.dump(tables, f, separators=(",", ":"))
         os.replace(tmp, self._meta_path)
-
-    # generations ---------------------------------------------------------------------------
 
     def _link_path(self, root: str, bucket: str, name: str, generation) -> str:
         return os.path.join(root, bucket, str(generation), relative_path(name))
@@ -270,8 +269,6 @@ class Store:
         """The hard link of one live generation of gs://bucket/name (absent when it is not)."""
         return self._link_path(self._gen_root, bucket, name, generation)
 
-    # lazy MD5 ------------------------------------------------------------------------------
-
     def _md5_later(self, bucket: str, name: str, generation: int) -> None:
         pending = LazyMD5(bucket, name, generation, self._links[(bucket, name)])
         self._md5_pending[(bucket, name)] = pending
@@ -337,8 +334,6 @@ class Store:
         with self.lock:
             return self._md5_pending.get((bucket, name))
 
-    # buckets -------------------------------------------------------------------------------
-
     def create_bucket(self, name: str, fields: dict | None = None) -> dict:
         """Creates bucket `name` with the resource `fields` given (softDeletePolicy, ...).
 
@@ -389,8 +384,6 @@ class Store:
     def _retention_s(self, bucket: str) -> int:
         policy = self.buckets[bucket].get("softDeletePolicy") or {}
         return int(policy.get("retentionDurationSeconds", DEFAULT_SOFT_DELETE_S))
-
-    # objects -------------------------------------------------------------------------------
 
     def get_object(self, bucket: str, name: str, md5: bool = True) -> dict:
         """The live object resource of gs://bucket/name (md5Hash finished when `md5`).

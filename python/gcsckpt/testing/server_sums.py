@@ -162,20 +162,34 @@ def lower_this_threads_priority() -> None:
             logging.warning("MD5 worker runs at normal priority: %s", err)
 
 
-def copy_range(src: str, dst_fd: int, dst_offset: int, length: int, src_offset: int = 0) -> None:
-    """Copies `length` bytes of `src` from `src_offset` to the open file `dst_fd` at
-    `dst_offset`, in the kernel (copy_file_range; pread/pwrite where the file system refuses)."""
-    with open(src, "rb", buffering=0) as f:
+def copy_range(src: str, dst: str, dst_offset: int, length: int, src_offset: int = 0) -> None:
+    """Copies `length` bytes of file `src` from `src_offset` into the existing file `dst` at
+    `dst_offset`, in the kernel (copy_file_range; pread/pwrite where the file system refuses).
+
+    Raises:
+      OSError: `src` ends early, or the copy fails.
+    """
+    with open(src, "rb", buffering=0) as f, open(dst, "r+b", buffering=0) as out:
         done = 0
         while done < length:
             at, to = src_offset + done, dst_offset + done
             try:
-                n = os.copy_file_range(f.fileno(), dst_fd, length - done, at, to)
+                n = os.copy_file_range(f.fileno(), out.fileno(), length - done, at, to)
             except OSError as err:
                 if err.errno not in (18, 22, 38, 95):  # EXDEV EINVAL ENOSYS EOPNOTSUPP
                     raise
                 chunk = os.pread(f.fileno(), min(length - done, _HASH_CHUNK_BYTES), at)
-                n = os.pwrite(dst_fd, chunk, to) if chunk else 0
+                n = os.pwrite(out.fileno(), chunk, to) if chunk else 0
             if n == 0:
                 raise OSError(f"{src}: ends before byte {at}, expected {length} from {src_offset}")
             done += n
+
+
+def concatenate(paths: list[str], dst: str) -> None:
+    """Writes the files `paths`, one after another, into the existing file `dst` (in the
+    kernel; compose, copy and the XML API's completed uploads). Raises OSError."""
+    at = 0
+    for path in paths:
+        size = os.path.getsize(path)
+        copy_range(path, dst, at, size)
+        at += size

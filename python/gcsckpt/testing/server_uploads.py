@@ -167,11 +167,7 @@ class JSONUploads:
         try:
             metadata, content_type, start, length = _split_multipart(path, match.group(1))
             name = self._name(query, metadata)
-            fd = os.open(content, os.O_WRONLY)
-            try:
-                copy_range(path, fd, 0, length, src_offset=start)
-            finally:
-                os.close(fd)
+            copy_range(path, content, 0, length, src_offset=start)
             obj, size = self._commit(handler, bucket, name, content, content_type, metadata, query)
         finally:
             for p in (path, content):
@@ -311,11 +307,7 @@ class JSONUploads:
         if session.committed == 0 and offset == 0:
             os.replace(path, session.path)  # the first chunk becomes the session's file
         else:
-            fd = os.open(session.path, os.O_WRONLY)
-            try:
-                copy_range(path, fd, session.committed, length, src_offset=offset)
-            finally:
-                os.close(fd)
+            copy_range(path, session.path, session.committed, length, src_offset=offset)
         session.committed += length
 
     def _finish(self, handler, upload_id: str, session: _Session) -> dict:

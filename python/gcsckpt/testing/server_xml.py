@@ -35,7 +35,7 @@ from server_http import (
     send,
 )
 from server_store import BucketNotFound, PreconditionFailed, object_resource
-from server_sums import Checksums, copy_range, file_checksums
+from server_sums import Checksums, concatenate, file_checksums
 
 S3_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
 MIN_PART_BYTES = 5 << 20  # every part but the last
@@ -350,14 +350,7 @@ class XMLUploads:
             )
             whole = self._storage.new_temp_path()
             try:
-                fd = os.open(whole, os.O_WRONLY)
-                try:
-                    at = 0
-                    for _, part in chosen:
-                        copy_range(part.path, fd, at, part.sums.size)
-                        at += part.sums.size
-                finally:
-                    os.close(fd)
+                concatenate([part.path for _, part in chosen], whole)
                 sums = file_checksums(whole, md5=self._inline_md5)
                 obj = self._new_object(
                     handler, bucket, name, session.content_type, session.metadata, sums
