@@ -355,7 +355,7 @@ def test_a_forged_body_file_is_refused(gcs, bucket, tmp_path):
     secret.write_bytes(b"private")
     path = f"/upload/storage/v1/b/{BUCKET}/o?uploadType=media&name=forged"
     status, _, body = _request(
-        connect(gcs.emulator_endpoint), "POST", path, b"", {"X-Gcsckpt-Body-File": str(secret)}
+        connect(gcs.server_endpoint), "POST", path, b"", {"X-Gcsckpt-Body-File": str(secret)}
     )
     assert status == 400 and "not in" in json.loads(body)["error"]["message"]
     assert not ObjectStore(gcs.endpoint).exists(BUCKET, "forged")
