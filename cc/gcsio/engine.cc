@@ -8,15 +8,9 @@ namespace {
 
 DriverOptions ReaderDriverOptions(const EngineOptions& o) {
   o.Validate();
-  DriverOptions d;
-  d.name = "RangeReader";
-  d.noun = "reader";
-  d.num_loops = o.num_threads;
-  d.max_inflight_requests = o.max_inflight_requests;
-  d.max_inflight_bytes = o.max_inflight_bytes;
-  d.stall_timeout_s = o.stall_timeout_s;
-  d.retry = o.retry;
-  return d;
+  return DriverOptions{
+      "RangeReader",        "reader",          o.num_threads, o.max_inflight_requests,
+      o.max_inflight_bytes, o.stall_timeout_s, o.retry};
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
-// The one hold / release / cancel of work submitted from Python (a read Batch, an Upload): keeps
-// its owner (Engine, Uploader) and the caller's buffers alive until the work has finished, waits
-// in slices with the GIL released so that Ctrl-C can interrupt (the work is cancelled before the
-// signal is raised), and cancels on destruction, so nothing touches a buffer Python let go.
+// The one hold / release / cancel of what Python holds. HeldWork: work submitted from Python (a
+// read Batch, an Upload) keeps its owner (Engine, Uploader) and the caller's buffers alive until
+// it has finished, waits in slices with the GIL released so that Ctrl-C can interrupt (the work
+// is cancelled before the signal is raised), and cancels on destruction, so nothing touches a
+// buffer Python let go. HeldOwner: the owner itself, stopped without the GIL on close().
 #ifndef CC_GCSIO_PY_HOLD_H_
 #define CC_GCSIO_PY_HOLD_H_
 
@@ -9,6 +10,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace gcsio {
@@ -78,6 +81,35 @@ class HeldWork {
   std::shared_ptr<Owner> owner_;
   std::shared_ptr<Work> work_;
   Buffers buffers_;
+};
+
+// The Engine or Uploader behind a Python Reader / Uploader: closed (its threads joined) without
+// the GIL by Close() or on destruction; Live() raises std::runtime_error(`closed_error`) after.
+template <typename Owner>
+class HeldOwner {
+ public:
+  HeldOwner(std::shared_ptr<Owner> owner, std::string closed_error)
+      : owner_(std::move(owner)), closed_error_(std::move(closed_error)) {}
+  ~HeldOwner() { Close(); }
+  HeldOwner(const HeldOwner&) = delete;
+  HeldOwner& operator=(const HeldOwner&) = delete;
+
+  Owner& Live() const {
+    if (!owner_) throw std::runtime_error(closed_error_);
+    return *owner_;
+  }
+  // The owner, shared with the work submitted to it (which keeps it alive after Close()).
+  const std::shared_ptr<Owner>& shared() const { return owner_; }
+  void Close() {
+    std::shared_ptr<Owner> owner = std::move(owner_);
+    pybind11::gil_scoped_release release;
+    owner.reset();
+  }
+  bool closed() const { return owner_ == nullptr; }
+
+ private:
+  std::shared_ptr<Owner> owner_;
+  const std::string closed_error_;
 };
 
 }  // namespace gcsio

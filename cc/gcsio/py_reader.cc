@@ -93,15 +93,11 @@ class PyBatch {
 class PyReader {
  public:
   PyReader(const EngineOptions& options, const py::object& token_source)
-      : engine_(std::make_shared<Engine>(options, MakePyTokenSource(token_source))) {}
-
-  ~PyReader() {
-    py::gil_scoped_release release;
-    engine_.reset();
-  }
+      : engine_(std::make_shared<Engine>(options, MakePyTokenSource(token_source)),
+                "RangeReader is closed") {}
 
   std::unique_ptr<PyBatch> Submit(const py::object& requests) {
-    Engine& engine = Live();
+    Engine& engine = engine_.Live();
     ParsedRequests parsed = ParseRequests(requests.ptr());
     std::shared_ptr<Batch> batch;
     {
@@ -109,11 +105,11 @@ class PyReader {
       batch = engine.Submit(std::move(parsed.objects), std::move(parsed.ranges),
                             std::move(parsed.dests));
     }
-    return std::make_unique<PyBatch>(engine_, std::move(batch), std::move(parsed.views));
+    return std::make_unique<PyBatch>(engine_.shared(), std::move(batch), std::move(parsed.views));
   }
 
   py::dict Stats() {
-    const StatsSnapshot s = Live().stats().Snapshot();
+    const StatsSnapshot s = engine_.Live().stats().Snapshot();
     py::dict d;
     d["requests"] = s.requests;
     d["bytes_received"] = s.bytes_received;
@@ -134,24 +130,14 @@ class PyReader {
     return d;
   }
 
-  void ResetStats() { Live().stats().Reset(); }
+  void ResetStats() { engine_.Live().stats().Reset(); }
 
   // Stops the loops and cancels queued work; later calls raise.
-  void Close() {
-    std::shared_ptr<Engine> engine = std::move(engine_);
-    py::gil_scoped_release release;
-    engine.reset();
-  }
-
-  bool closed() const { return engine_ == nullptr; }
+  void Close() { engine_.Close(); }
+  bool closed() const { return engine_.closed(); }
 
  private:
-  Engine& Live() {
-    if (!engine_) throw std::runtime_error("RangeReader is closed");
-    return *engine_;
-  }
-
-  std::shared_ptr<Engine> engine_;
+  HeldOwner<Engine> engine_;
 };
 
 }  // namespace
@@ -186,10 +172,7 @@ void BindReader(py::module_& m) {
              o.plan.target_fetches = static_cast<uint32_t>(std::max(max_inflight_requests / 2, 1));
              o.plan.min_chunk_bytes = min_chunk_bytes;
              o.num_threads = num_threads;
-             o.retry.max_attempts = max_attempts;
-             o.retry.initial_backoff_s = initial_backoff_s;
-             o.retry.max_backoff_s = max_backoff_s;
-             o.retry.deadline_s = deadline_s;
+             o.retry = RetryPolicy{max_attempts, initial_backoff_s, max_backoff_s, deadline_s};
              o.connect_timeout_s = connect_timeout_s;
              o.stall_timeout_s = stall_timeout_s;
              o.recv_buffer_bytes = recv_buffer_bytes;

@@ -66,16 +66,12 @@ class PyUpload {
 class PyUploader {
  public:
   PyUploader(const UploaderOptions& options, const py::object& token_source)
-      : uploader_(std::make_shared<Uploader>(options, MakePyTokenSource(token_source))) {}
-
-  ~PyUploader() {
-    py::gil_scoped_release release;
-    uploader_.reset();
-  }
+      : uploader_(std::make_shared<Uploader>(options, MakePyTokenSource(token_source)),
+                  "Uploader is closed") {}
 
   std::unique_ptr<PyUpload> Submit(const std::string& bucket, const std::string& object,
                                    const py::object& data, int64_t if_generation_match) {
-    if (!uploader_) throw std::runtime_error("Uploader is closed");
+    Uploader& uploader = uploader_.Live();
     auto view = std::make_unique<HeldReadBuffers>(data);
     UploadSpec spec;
     spec.bucket = bucket;
@@ -85,14 +81,13 @@ class PyUploader {
     std::shared_ptr<Upload> upload;
     {
       py::gil_scoped_release release;  // the checksum and a token refresh run without the GIL
-      upload = uploader_->Submit(std::move(spec));
+      upload = uploader.Submit(std::move(spec));
     }
-    return std::make_unique<PyUpload>(uploader_, std::move(upload), std::move(view));
+    return std::make_unique<PyUpload>(uploader_.shared(), std::move(upload), std::move(view));
   }
 
   py::dict Stats() const {
-    if (!uploader_) throw std::runtime_error("Uploader is closed");
-    const UploadStatsSnapshot s = uploader_->Stats();
+    const UploadStatsSnapshot s = uploader_.Live().Stats();
     py::dict d;
     d["requests"] = s.requests;
     d["bytes_sent"] = s.bytes_sent;
@@ -106,16 +101,11 @@ class PyUploader {
     return d;
   }
 
-  void Close() {
-    std::shared_ptr<Uploader> u = std::move(uploader_);
-    py::gil_scoped_release release;
-    u.reset();
-  }
-
-  bool closed() const { return uploader_ == nullptr; }
+  void Close() { uploader_.Close(); }
+  bool closed() const { return uploader_.closed(); }
 
  private:
-  std::shared_ptr<Uploader> uploader_;
+  HeldOwner<Uploader> uploader_;
 };
 
 }  // namespace
@@ -138,10 +128,7 @@ void BindUploader(py::module_& m) {
              o.max_inflight_requests = max_inflight_requests;
              o.max_inflight_bytes = max_inflight_bytes;
              o.chunk_bytes = chunk_bytes;
-             o.retry.max_attempts = max_attempts;
-             o.retry.initial_backoff_s = initial_backoff_s;
-             o.retry.max_backoff_s = max_backoff_s;
-             o.retry.deadline_s = deadline_s;
+             o.retry = RetryPolicy{max_attempts, initial_backoff_s, max_backoff_s, deadline_s};
              o.connect_timeout_s = connect_timeout_s;
              o.stall_timeout_s = stall_timeout_s;
              o.credential_description = credential_description;

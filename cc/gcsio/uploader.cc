@@ -57,15 +57,8 @@ namespace {
 
 DriverOptions UploadDriverOptions(const UploaderOptions& o) {
   o.Validate();
-  DriverOptions d;
-  d.name = "Uploader";
-  d.noun = "uploader";
-  d.num_loops = 1;
-  d.max_inflight_requests = o.max_inflight_requests;
-  d.max_inflight_bytes = o.max_inflight_bytes;
-  d.stall_timeout_s = o.stall_timeout_s;
-  d.retry = o.retry;
-  return d;
+  return DriverOptions{"Uploader",           "uploader",        1,      o.max_inflight_requests,
+                       o.max_inflight_bytes, o.stall_timeout_s, o.retry};
 }
 
 }  // namespace
