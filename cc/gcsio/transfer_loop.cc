@@ -116,15 +116,15 @@ void TransferLoop::CheckStallsAndCancels() {
   const double stall_s = driver_->options_.stall_timeout_s;
   const auto stall = std::chrono::duration<double>(stall_s);
   for (size_t i = active_.size(); i-- > 0;) {
+    const bool cancelled = active_[i].job.work->cancelled();
+    if (!cancelled && now - active_[i].transfer->last_activity() <= stall) continue;
     AttemptEnd end;
-    if (active_[i].job.work->cancelled()) {
+    if (cancelled) {
       end.local.verdict = Verdict::kCancelled;
-    } else if (now - active_[i].transfer->last_activity() > stall) {
+    } else {
       char buf[64];
       std::snprintf(buf, sizeof(buf), "stalled: no bytes for %.1f s", stall_s);
       end.local = MakeOutcome(Verdict::kRetry, "stall", 0, buf);
-    } else {
-      continue;
     }
     End(i, std::move(end));
   }
