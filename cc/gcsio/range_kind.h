@@ -24,6 +24,7 @@ struct RangeKindOptions {
 
 class RangeKind : public RequestKind {
  public:
+  // `stats` (the driver's record) must outlive the kind.
   RangeKind(RangeKindOptions options, TransferStats* stats)
       : options_(std::move(options)), stats_(stats) {}
 

@@ -18,6 +18,7 @@ namespace gcsio {
 
 class UploadKind : public RequestKind {
  public:
+  // `options` and `stats` (the driver's record) must outlive the kind.
   UploadKind(const UploaderOptions& options, TransferStats* stats)
       : options_(options), stats_(stats) {}
 
