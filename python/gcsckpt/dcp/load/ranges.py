@@ -59,10 +59,6 @@ class CheckpointRanges:
             if generation and name.startswith(prefix):
                 self._generations.setdefault(name[len(prefix) :], generation)
 
-    def pinned(self, path: str) -> int | None:
-        """The generation every later GET of relative object `path` asks for, or None."""
-        return self._generations.get(path)
-
     def submit(self, ranges: Iterable[Range]) -> ReadHandle:
         """Starts reading; the handle reports completed indices (`next_completed`) and can be
         cancelled. Destinations must stay alive and untouched until reported or cancelled."""
