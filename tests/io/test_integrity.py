@@ -263,7 +263,11 @@ def test_header_echoing_error_bodies_never_show_the_token(gcs, status):
                 reader.read([RangeRequest(BUCKET, OBJ, 0, 10, bytearray(10))])
     err = info.value
     assert f"HTTP {status}" in str(err)
-    assert "Bearer <redacted>" in str(err)  # the body was quoted, with the token cut out
+    # The body was quoted with the token cut out, and only the token: the echo's closing
+    # quote and braces, the text after it and the reader's progress note all stay.
+    assert '"Range": "bytes=0-9", "Authorization": "Bearer <redacted>"}}} raw token: <redacted>' + (
+        " (0 of 10 bytes of GET bytes=0-9 received, up to offset 0)"
+    ) in str(err)
     texts = [str(err), repr(err), repr(err.failures), repr(err.args), repr(pickle.dumps(err))]
     texts.append(str(pickle.loads(pickle.dumps(err))))
     for text in texts:
@@ -285,3 +289,9 @@ def test_errors_built_from_any_source_redact_bearer_tokens():
         assert "abc.DEF-123" not in text and "xyz" not in text
     assert redact("token s3cr3t here", ["s3cr3t"]) == "token <redacted> here"
     assert redact("Authorization: Bearer t0k") == "Authorization: Bearer <redacted>"
+    # The token only (RFC 6750 token characters), as the C++ engine redacts it.
+    assert redact('{"Authorization":"Bearer ya29.a-b_c~d+e/f==","n":1} (0 of 10 bytes') == (
+        '{"Authorization":"Bearer <redacted>","n":1} (0 of 10 bytes'
+    )
+    assert redact('{"h":"Bearer abc/+~.x=","n":1}') == '{"h":"Bearer <redacted>","n":1}'
+    assert redact("bearer abc)(0 of 10 bytes") == "bearer <redacted>)(0 of 10 bytes"

@@ -4,6 +4,7 @@ create-if-absent uploads, the RetryPolicy on control-plane requests, error mappi
 from __future__ import annotations
 
 import pytest
+import requests
 from io_fixtures import BUCKET, FAST_RETRY, object_bytes
 
 from gcsckpt.io import ObjectStore, ObjectStoreError, RetryPolicy
@@ -65,6 +66,45 @@ def test_non_retryable_status_fails_at_once(gcs):
             with pytest.raises(ObjectStoreError, match=r"after 1 attempt: HTTP 403"):
                 s.upload(BUCKET, "forbidden", b"x")
         assert proxy.requests == 1
+
+
+class _OtherServersErrors:
+    """A transport adapter answering every LIST as a non-GCS server does: `status` with a JSON
+    body whose "error" is a string (google-api-core raises AttributeError on it unmended)."""
+
+    def __init__(self, inner, status: int, body: bytes):
+        self.inner, self.status, self.body = inner, status, body
+
+    def send(self, request, **kwargs):
+        if "/o?" not in request.url or "alt=media" in request.url:
+            return self.inner.send(request, **kwargs)
+        response = requests.Response()
+        response.status_code, response._content = self.status, self.body
+        response.request, response.url = request, request.url
+        response.headers["Content-Type"] = "application/json"
+        return response
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error", "message"),
+    [
+        (404, b'{"error": "Not Found"}', FileNotFoundError, "not found (HTTP 404)"),
+        (404, b'"gone"', FileNotFoundError, "not found (HTTP 404)"),
+        (403, b'{"error": "forbidden here"}', ObjectStoreError, "HTTP 403 'forbidden here'"),
+    ],
+)
+def test_error_bodies_of_other_servers_give_clear_errors(gcs, status, body, error, message):
+    with ObjectStore(gcs.endpoint, retry=FAST_RETRY) as store:
+        store.list(BUCKET, "")  # makes the client and its session
+        session = store._session
+        session.mount("http://", _OtherServersErrors(session.get_adapter("http://"), status, body))
+        with pytest.raises(error) as info:
+            store.list_objects(BUCKET, "ckpt/", delimiter="/")
+    assert f"gs://{BUCKET}/ckpt/*" in str(info.value) and message in str(info.value)
+    assert "AttributeError" not in str(info.value)
 
 
 def test_create_if_absent_refusal_and_lost_answer(gcs, store):

@@ -7,7 +7,8 @@ the load itself is `gcsckpt.dcp.load`, one module per step:
     read_metadata          one GET of `.metadata` (with its generation), restricted unpickler
     prepare_local_plan     items sorted by (object, offset)
     prepare_global_plan    one listing on the coordinator pins a generation per data object
-    read_data              plan -> windows -> range reader -> decode into the planner's tensors
+    read_data              plan -> extents checked -> windows -> range reader -> decode into
+                           the planner's tensors; then its connections are closed
 
 Why: every ReadItem becomes one byte range and all ranges of a memory window go to the C++ range
 reader at once (joined across small gaps, split, many GETs in flight with the GIL released), so
@@ -35,6 +36,7 @@ from torch.futures import Future
 from gcsckpt.dcp.gc_control import HeapFreeze, collector_paused
 from gcsckpt.dcp.load.decode import Decoder
 from gcsckpt.dcp.load.errors import LoadErrors
+from gcsckpt.dcp.load.extents import check_extents
 from gcsckpt.dcp.load.generations import Pins, check_metadata_read, pin_generations
 from gcsckpt.dcp.load.pipeline import run_windows
 from gcsckpt.dcp.load.plan import make_windows, plan_fetches, sort_items
@@ -82,7 +84,9 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             by object, whose generations follow the copy's order; changes during the load are
             detected either way (see `gcsckpt.dcp.load.generations`).
 
-    After each load, `load_stats` (a LoadStats) holds this rank's counters.
+    After each load, `load_stats` (a LoadStats) holds this rank's counters. `read_data` closes
+    the range reader and the `.metadata`/listing client when it ends (their sockets and threads
+    do not wait for garbage collection); the next load opens new ones.
 
     Raises (from the DCP calls): ValueError for a bad checkpoint id or unsafe `.metadata`;
     FileNotFoundError if `.metadata` is missing; CheckpointReadError for any failed range,
@@ -213,7 +217,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         try:
             pins = self._pins({info.relative_path for info in self.storage_data.values()})
         except BaseException:
-            self._heap.thaw()  # read_data, which thaws it, will not run
+            self._heap.thaw()  # read_data, which thaws it and closes the clients, will not run
+            self._close_clients()
             raise
         return [
             plan
@@ -252,6 +257,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
                 fetch_plan = plan_fetches(
                     plan.items, self.metadata, planner.resolve_tensor, ranges, errors
                 )
+                check_extents(fetch_plan.fetches, pins.sizes, ranges, errors, self._size_of)
                 stats.tensor_items = fetch_plan.tensor_items
                 stats.bytes_items = fetch_plan.bytes_items
                 stats.direct_items = fetch_plan.direct_items
@@ -268,6 +274,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             stats.requests += after["requests"] - before["requests"]
             stats.bytes_fetched += after["bytes_received"] - before["bytes_received"]
             stats.retries += after["retries"] - before["retries"]
+            self._close_clients()
             stats.total_s = time.perf_counter() - start
         future: Future[None] = Future()
         future.set_result(None)
@@ -311,8 +318,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             listing = self._object_store().list_objects(location.bucket, prefix, delimiter="/")
         except (OSError, ValueError) as e:
             warnings.warn(
-                f"rank {self.rank}: cannot list {location.url()} ({e}); loading without one "
-                "generation per object for the whole load",
+                f"rank {self.rank}: cannot list {location.url()} ({e}); each object is read at "
+                "the generation its first read names, and its size is checked by a 1-byte GET",
                 stacklevel=3,
             )
             return Pins(None, {})
@@ -327,7 +334,23 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             check_commit_order=self.check_commit_order,
         )
 
+    def _size_of(self, path: str) -> int | None:
+        """The size (bytes) of data object `path` (one metadata GET), None if unknown."""
+        location = self._location()
+        try:
+            return self._object_store().size(location.bucket, location.object_name(path))
+        except (OSError, ValueError):
+            return None
+
     def _reader(self) -> RangeReader:
         if self._range_reader is None:
             self._range_reader = RangeReader(self.endpoint, **self._reader_options)
         return self._range_reader
+
+    def _close_clients(self) -> None:
+        """Closes the range reader and the ObjectStore (made again on next use)."""
+        reader, self._range_reader = self._range_reader, None
+        if reader is not None:
+            reader.close()
+        if self._store is not None:
+            self._store.close()

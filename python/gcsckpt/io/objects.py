@@ -24,7 +24,7 @@ from gcsckpt.io.auth import READ_WRITE_SCOPE, GoogleAuthTokenProvider, token_pro
 from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
 from gcsckpt.io.reader import RangeReader
 from gcsckpt.io.retry import RetryPolicy, api_core_retry
-from gcsckpt.io.store_errors import ObjectStoreError, store_error
+from gcsckpt.io.store_errors import ObjectStoreError, gcs_error_shape, store_error
 
 # No project is needed for object calls; google-cloud-storage's anonymous client uses the same.
 _NO_PROJECT = "<none>"
@@ -141,6 +141,7 @@ class ObjectStore:
             provider = self._token_provider or GoogleAuthTokenProvider(scope=READ_WRITE_SCOPE)
             credentials = token_provider_credentials(provider)
         session = self._session = AuthorizedSession(credentials)
+        session.hooks["response"].append(gcs_error_shape)  # error bodies of any shape
         # Retries belong to the RetryPolicy, not to urllib3; one pool per scheme.
         adapter = HTTPAdapter(pool_connections=2, pool_maxsize=self._pool_size, max_retries=0)
         session.mount("http://", adapter)

@@ -28,6 +28,30 @@ class ObjectStoreError(IOError):
     """
 
 
+def gcs_error_shape(response, *args, **kwargs):
+    """A `requests` response hook: gives an error answer whose JSON body is not GCS's shape
+    (`{"error": "Not Found"}`, a bare string: proxies, other servers) GCS's
+    `{"error": {"code": status, "message": text}}`, so google-api-core maps it to its status
+    (it raises AttributeError on such bodies) and the message quotes the server's text.
+
+    Returns the response (changed in place when its status is >= 400 and its body is JSON
+    without an `error` object).
+    """
+    if response.status_code < 400:
+        return response
+    try:
+        payload = json.loads(response.content or b"null")
+    except ValueError:
+        return response  # not JSON: api_core quotes the text as it is
+    error = payload.get("error") if isinstance(payload, dict) else payload
+    if isinstance(error, dict):
+        return response
+    message = error if isinstance(error, str) and error else response.text
+    body = {"error": {"code": response.status_code, "message": message[:_SNIPPET_CHARS]}}
+    response._content = json.dumps(body).encode()  # what `.json()` and `.text` read
+    return response
+
+
 def _server_message(exc: BaseException) -> str:
     """The server's own error text: the JSON API's `error.message`, else the body, else the
     library's message."""
