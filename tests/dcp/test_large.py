@@ -51,4 +51,7 @@ def test_tensor_over_2_gib(tmp_path):
         assert torch.equal(state["after"], after)
         assert _pattern_ok(state["huge"])
         stats = reader.load_stats
-        assert stats.bytes_needed > PERIOD * ROWS and stats.bytes_fetched == stats.bytes_needed
+        assert stats.bytes_needed > PERIOD * ROWS
+        # Every byte fetched is needed, but for at most one byte per object: the extents
+        # check's 1-byte GET when the listing gave no size (dcp/load/extents.py).
+        assert stats.bytes_fetched - stats.bytes_needed in (0, stats.objects)

@@ -264,10 +264,10 @@ def test_header_echoing_error_bodies_never_show_the_token(gcs, status):
     err = info.value
     assert f"HTTP {status}" in str(err)
     # The body was quoted with the token cut out, and only the token: the echo's closing
-    # quote and braces, the text after it and the reader's progress note all stay.
-    assert '"Range": "bytes=0-9", "Authorization": "Bearer <redacted>"}}} raw token: <redacted>' + (
-        " (0 of 10 bytes of GET bytes=0-9 received, up to offset 0)"
-    ) in str(err)
+    # quote and braces after FaultProxy's raw credential and the reader's progress note stay.
+    assert 'credential <redacted>"}} (0 of 10 bytes of GET bytes=0-9 received, up to offset 0)' in (
+        str(err)
+    )
     texts = [str(err), repr(err), repr(err.failures), repr(err.args), repr(pickle.dumps(err))]
     texts.append(str(pickle.loads(pickle.dumps(err))))
     for text in texts:
