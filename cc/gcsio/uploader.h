@@ -1,22 +1,17 @@
-// Resumable uploads (GCS JSON API) of caller memory, many in flight on one curl multi handle.
+// Resumable uploads (GCS JSON API) of caller memory, many in flight on one TransferDriver loop.
 //
-// Each upload's bytes are spans of caller memory (UploadPayload: the object is their
-// concatenation; one buffer is one span). Each upload: POST
-// {endpoint}/upload/storage/v1/b/B/o?uploadType=resumable&name=O
-// [&ifGenerationMatch=G] -> the session URL in Location; then PUTs of at most chunk_bytes with
-// `Content-Range: bytes a-b/total`, each body read straight from the caller's memory (no copy
-// of it is made here; libcurl copies into its send buffer); 308 + `Range: bytes=0-K` means the
-// session holds K + 1 bytes; the final 200/201 carries the object resource, whose size,
-// generation and crc32c are checked against the bytes sent (CRC-32C computed here, crc32c.h).
+// An upload's bytes are spans of caller memory (UploadPayload; the object is their
+// concatenation). POST {endpoint}/upload/storage/v1/b/B/o?uploadType=resumable&name=O
+// [&ifGenerationMatch=G] -> session URL; then PUTs of at most chunk_bytes
+// (`Content-Range: bytes a-b/total`) read straight from the caller's memory; 308 +
+// `Range: bytes=0-K` means the session holds K + 1 bytes; the final 200/201's object resource
+// is checked for size, generation and crc32c (computed here, crc32c.h).
 //
-// Runs on a TransferDriver (one loop) as the upload request kind (upload_kind.h), so a retryable
-// failure (connection reset or refused, timeout, a stall, HTTP 408, 429, 5xx) is retried by the
-// same DecideRetry path as a ranged GET; attempts and the deadline count per request, so they
-// start again once a chunk is committed.
-// A retry of a chunk first asks the session what it holds (PUT with `Content-Range:
-// bytes */total` -> 308 + Range) and resumes from there. A session that answers 404 or 410 has
-// expired: the upload starts again from byte 0 with a new session (counted as an attempt).
-// HTTP 412 fails the upload with cause kPreconditionFailed; other 4xx fail at once.
+// As the driver's upload request kind (upload_kind.h), a retryable failure is retried by the
+// same DecideRetry path as a ranged GET; attempts and the deadline restart once a chunk is
+// committed. A retried chunk first asks the session what it holds (`bytes */total`) and
+// resumes there; a 404/410 session starts again from byte 0 (one attempt); HTTP 412 fails
+// with kPreconditionFailed; other 4xx fail at once.
 #ifndef CC_GCSIO_UPLOADER_H_
 #define CC_GCSIO_UPLOADER_H_
 
