@@ -1,5 +1,6 @@
 """Model specs, shipped configs, scaled/tiny variants and meta-device builds."""
 
+import functools
 import json
 
 import pytest
@@ -14,13 +15,16 @@ from gcsckpt.models.configs import (
     with_scale,
 )
 
+# A full model on meta takes seconds to build; the tests only read it.
+_full_model = functools.cache(build_meta_model)
+
 
 @pytest.mark.parametrize(
     ("spec", "target"),
     [("olmoe_1b_7b_0924", 6.9e9), ("llama_3_1_8b", 8.0e9)],
 )
 def test_full_configs_have_published_parameter_counts(spec, target):
-    model = build_meta_model(spec)
+    model = _full_model(spec)
     count = count_parameters(model)
     assert abs(count - target) / target < 0.01, count
     params = list(model.parameters())
@@ -28,7 +32,7 @@ def test_full_configs_have_published_parameter_counts(spec, target):
 
 
 def test_full_olmoe_keeps_one_module_per_expert():
-    model = build_meta_model("olmoe_1b_7b_0924")
+    model = _full_model("olmoe_1b_7b_0924")
     layers = decoder_layers(model)
     assert len(layers) == 16
     experts = layers[0].mlp.experts

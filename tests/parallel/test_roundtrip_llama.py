@@ -1,4 +1,5 @@
-"""Real gloo DCP round trips on 8 CPU ranks for every Llama layout that fits 8 ranks."""
+"""Real gloo DCP round trips for every Llama layout: on 4 CPU ranks where the layout fits 4, on 8
+for the two that need a 2 x 2 x 2 mesh (as few processes as each layout needs)."""
 
 import tempfile
 
@@ -9,49 +10,56 @@ from tests.parallel import roundtrip_worker as worker
 from tests.parallel.fake_ranks import make_case
 
 LLAMA = "llama_3_1_8b:tiny"
-CASES = [
-    make_case(LLAMA, "hsdp", 8, dpr=2, dp=4),
-    make_case(LLAMA, "tp", 8, tp=8),
-    make_case(LLAMA, "fsdp_tp", 8, dp=2, tp=4),
+FSDP = make_case(LLAMA, "fsdp", 4, dp=4)
+ON_FOUR = [
+    make_case(LLAMA, "hsdp", 4, dpr=2, dp=2),
+    make_case(LLAMA, "tp", 4, tp=4),
+    make_case(LLAMA, "fsdp_tp", 4, dp=2, tp=2),
+    make_case(LLAMA, "pp", 4, pp=4),
+    make_case(LLAMA, "pp_fsdp", 4, pp=2, dp=2),
+]
+ON_EIGHT = [
     make_case(LLAMA, "hsdp_tp", 8, dpr=2, dp=2, tp=2),
-    make_case(LLAMA, "pp", 8, pp=8),
-    make_case(LLAMA, "pp_fsdp", 8, pp=2, dp=4),
     make_case(LLAMA, "pp_fsdp_tp", 8, pp=2, dp=2, tp=2),
 ]
-FSDP = make_case(LLAMA, "fsdp", 8, dp=8)
 
 
 @pytest.fixture(scope="module")
 def results():
+    """{strategy: per-rank save/load report}, and the per-rank reports of loading FSDP's
+    checkpoint into other layouts."""
     with tempfile.TemporaryDirectory() as root:
-        across = [make_case(LLAMA, "fsdp_tp", 8, dp=2, tp=4), make_case(LLAMA, "pp", 8, pp=8)]
-        per_rank = run_ranks(
+        across = [ON_FOUR[2], ON_FOUR[3]]  # fsdp_tp, pp
+        four = run_ranks(
             worker.save_load_then_across,
-            8,
-            [FSDP, *CASES],
+            4,
+            [FSDP, *ON_FOUR],
             FSDP,
             across,
             root,
             preload=worker.PRELOAD,
         )
-    return [r[0] for r in per_rank], [r[1] for r in per_rank]
+        eight = run_ranks(worker.save_then_load, 8, ON_EIGHT, root, preload=worker.PRELOAD)
+    saved = {name: [r[0] for r in four] for name in four[0][0]}
+    saved.update({name: eight for name in eight[0]})
+    return saved, [r[1] for r in four]
 
 
-@pytest.mark.parametrize("strategy", ["fsdp"] + [c.strategy for c in CASES])
+@pytest.mark.parametrize("strategy", [c.strategy for c in [FSDP, *ON_FOUR, *ON_EIGHT]])
 def test_load_restores_every_saved_value(results, strategy):
     saved, _ = results
-    worker.assert_restored(saved, strategy)
+    worker.assert_restored(saved[strategy], strategy)
 
 
 def test_items_and_bytes_follow_the_layout(results):
     saved, _ = results
     # tiny Llama: 75 parameters (8 layers x 9 + embed, norm, lm_head), 15 items each.
-    assert {r["fsdp"]["items"] for r in saved} == {75 * 15}
-    assert {r["hsdp"]["items"] for r in saved} == {75 * 15}
-    # pp8: stage 0 adds the embedding, stage 7 the norm and lm_head to its 9 layer params.
-    assert [r["pp"]["items"] for r in saved] == [150] + [135] * 6 + [165]
-    # HSDP keeps twice FSDP's shard per rank (dp_shard 4 instead of 8); replicas read it too.
-    fsdp, hsdp = saved[0]["fsdp"]["bytes"], saved[0]["hsdp"]["bytes"]
+    assert {r["fsdp"]["items"] for r in saved["fsdp"]} == {75 * 15}
+    assert {r["hsdp"]["items"] for r in saved["hsdp"]} == {75 * 15}
+    # pp4: 2 layers (18 params) a stage; stage 0 adds the embedding, stage 3 the norm and lm_head.
+    assert [r["pp"]["items"] for r in saved["pp"]] == [19 * 15, 18 * 15, 18 * 15, 20 * 15]
+    # HSDP keeps twice FSDP's shard per rank (dp_shard 2 instead of 4); replicas read it too.
+    fsdp, hsdp = saved["fsdp"][0]["fsdp"]["bytes"], saved["hsdp"][0]["hsdp"]["bytes"]
     steps = 75 * 4  # one float32 step scalar per parameter, on every rank
     assert hsdp - steps == 2 * (fsdp - steps)
 

@@ -60,13 +60,13 @@ def requirements(meta) -> dict[str | None, dict[str, Requirement]]:
 
 @cache
 def _file_owners() -> dict[str, str]:
+    """{real path of every installed .py/.so file: canonical distribution name}."""
     owners = {}
     for dist in importlib.metadata.distributions():
+        name = canonicalize_name(dist.metadata["Name"])  # parses METADATA: once per distribution
         for f in dist.files or []:
             if f.suffix in (".py", ".so"):
-                owners[os.path.realpath(dist.locate_file(f))] = canonicalize_name(
-                    dist.metadata["Name"]
-                )
+                owners[os.path.realpath(dist.locate_file(f))] = name
     return owners
 
 
