@@ -34,7 +34,7 @@ a reused data dir; from the same run's job times). Before these sizes (stock on 
 every writer verified by the stock FsspecReader) the job took ~46 minutes.
 """
 
-from gcsckpt.bench.runner.main import run
+from ckptbench.runner.main import run
 
 OLMOE_EP_DEFAULTS = {
     "cases": ["load-olmoe_1b_7b_0924-fsdp-ws8", "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"],

@@ -3,7 +3,7 @@ world size 2 against a local endpoint."""
 
 from __future__ import annotations
 
-from gcsckpt.bench.runner.config import RunConfig
+from ckptbench.runner.config import RunConfig
 
 # Names without the bucket type: the cases' object prefixes.
 FSDP_BASE = "load-olmoe_1b_7b_0924-fsdp-ws2"

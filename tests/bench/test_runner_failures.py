@@ -11,8 +11,8 @@ import io
 
 import pytest
 
-from gcsckpt.bench.runner.benchmark import run_benchmark
-from gcsckpt.bench.runner.config import RunConfig
+from ckptbench.runner.benchmark import run_benchmark
+from ckptbench.runner.config import RunConfig
 from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 from tests.bench.runner_fixtures import EP, FSDP, FSDP_BASE, tiny_run_config

@@ -19,13 +19,13 @@ import urllib.request
 
 import pytest
 
-from gcsckpt.bench.record.case_result import CaseInfo
-from gcsckpt.bench.runner.benchmark import _Run, run_benchmark, save_case_info
-from gcsckpt.bench.runner.launch import JobError, SpawnLauncher
-from gcsckpt.bench.runner.results import load_result
-from gcsckpt.bench.runner.storage import BenchStorage
-from gcsckpt.bench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
-from gcsckpt.bench.worker.jobs import LoadJob
+from ckptbench.record.case_result import CaseInfo
+from ckptbench.runner.benchmark import _Run, run_benchmark, save_case_info
+from ckptbench.runner.case_verdict import load_result
+from ckptbench.runner.launch import JobError, SpawnLauncher
+from ckptbench.runner.storage import BenchStorage
+from ckptbench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
+from ckptbench.worker.jobs import LoadJob
 from gcsckpt.testing import LocalGCS
 from gcsckpt.testing.local_ranks import LocalRanks
 from tests.bench.runner_fixtures import EP, EP_BASE, interpreter_facts, tiny_run_config

@@ -13,16 +13,17 @@ import pytest
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.bench.cases.catalogue import CaseError, load_catalogue
-from gcsckpt.bench.cases.selection import override_world_size, select_run_cases
-from gcsckpt.bench.record.case_result import CaseInfo, RankSave
-from gcsckpt.bench.runner.benchmark import phase_table, rounds_note, save_case_info
-from gcsckpt.bench.runner.bucket_type import classify_bucket, run_bucket_type
-from gcsckpt.bench.runner.config import RunConfig
-from gcsckpt.bench.runner.manifest import SetupManifest
-from gcsckpt.bench.runner.results import load_result, save_result
-from gcsckpt.bench.worker import arms, baseline
-from gcsckpt.bench.worker.arms import (
+from ckptbench import roles
+from ckptbench.cases.catalogue import CaseError, load_catalogue
+from ckptbench.cases.selection import override_world_size, select_run_cases
+from ckptbench.record.case_result import CaseInfo, RankSave
+from ckptbench.runner.benchmark import phase_table, rounds_note, save_case_info
+from ckptbench.runner.bucket_type import classify_bucket, run_bucket_type
+from ckptbench.runner.case_verdict import load_result, save_result
+from ckptbench.runner.config import RunConfig
+from ckptbench.runner.manifest import SetupManifest
+from ckptbench.worker import arms, baseline
+from ckptbench.worker.arms import (
     MSC_UPLOAD_OPTIONS,
     MSCProfile,
     local_save_root,
@@ -30,10 +31,11 @@ from gcsckpt.bench.worker.arms import (
     reader_settings,
     writer_settings,
 )
-from gcsckpt.bench.worker.jobs import RankLoadResult, RankRound, SaveJob, with_verification
-from gcsckpt.bench.worker.load_job import describe_error
-from gcsckpt.bench.worker.rank import RankFailure
-from gcsckpt.bench.worker.save_probe import SaveProbe, WriterPhases, release_free_memory
+from ckptbench.worker.jobs import RankLoadResult, RankRound, SaveJob, with_verification
+from ckptbench.worker.load_job import describe_error
+from ckptbench.worker.rank import RankFailure
+from ckptbench.worker.save_probe import SaveProbe, WriterPhases, release_free_memory
+from gcsckpt.parallel.dims import ParallelDims
 
 FSDP = "load-olmoe_1b_7b_0924-fsdp-ws8"
 EP = "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"
@@ -236,7 +238,7 @@ def _round(start: float, mismatches: int = 0, committed: int = 100) -> RankRound
     return RankRound(start, start + 2.0, counters, committed, 100, keys, mismatches)
 
 
-_INFO = CaseInfo(name="load-x-fsdp-ws2", model_id="x", strategy="fsdp", world_size=2)
+_INFO = CaseInfo(name="load-x-fsdp-ws2", model_id="x", dims=ParallelDims("fsdp", 2, dp_shard=2))
 _MANIFEST = SetupManifest(
     "load-x-fsdp-ws2", "0" * 16, 2, {".metadata": 10, "__0_0.distcp": 90}, "t"
 )
@@ -321,7 +323,7 @@ def test_baseline_counter_separates_metadata_bytes():
     [("fsspec", "CountingLoadPlanner"), ("gcsckpt", "CountingGCSLoadPlanner")],
 )
 def test_counting_planner_counts_committed_bytes(reader, planner_class):
-    from gcsckpt.bench.worker.planner import counting_planner_for
+    from ckptbench.worker.planner import counting_planner_for
 
     seen = []
     planner = counting_planner_for(reader, progress=lambda done, total: seen.append((done, total)))
@@ -472,8 +474,8 @@ def test_localfs_settings_say_where_it_saved_and_that_it_is_a_reference(tmp_path
     )
     scratch = writer_settings("localfs", emulator=False)
     assert scratch["folder"].startswith("job scratch dir below ")
-    assert "localfs" in arms.WRITERS and "localfs" not in arms.READERS
-    assert "localfs" in arms.REFERENCES and "localfs" not in arms.PEERS
+    assert "localfs" in roles.WRITERS and "localfs" not in roles.READERS
+    assert "localfs" in roles.REFERENCES and "localfs" not in roles.PEERS
     with pytest.raises(ValueError, match="needs its round's local folder"):
         make_writer("localfs", "bkt", "p", None)
     writer = make_writer("localfs", "bkt", "p", None, folder=str(tmp_path))

@@ -7,7 +7,7 @@ from the same table: ``CONNECT_TIMEOUT_S`` (10 s) and ``STALL_TIMEOUT_S`` (30 s)
 ``MAX_ATTEMPTS`` / ``INITIAL_BACKOFF_S`` / ``MAX_BACKOFF_S`` / ``RETRY_DEADLINE_S`` (see
 RetryPolicy), and ``TOKEN_REFRESH_MARGIN_S`` (a token is refreshed 300 s before it expires).
 
-Measured with ``bazel run //bench:range_read -- --tune --rounds=3`` (gcsckpt.bench.range_read)
+Measured with ``bazel run //bench:range_read -- --tune --rounds=3`` (ckptbench.range_read)
 on the project's reference machine: 2 cores, Debian 12, libcurl 7.88.1, against LocalGCS, both
 plain (nginx on loopback) and latency-modelled like GCS (30 ms to first byte, 200 MB/s per
 stream: about what one GCS stream carries, 200-250 MB/s). Configurations took turns round by round
