@@ -2,7 +2,8 @@
 
 ``SpawnLauncher`` (single machine, the default) runs each job on fresh local rank processes
 through ``gcsckpt.testing.local_ranks`` (the launcher the tests use too: forkserver with torch,
-transformers and the worker preloaded, a free loopback port), relays the ranks' progress
+transformers, the arms' storage clients and the worker preloaded and model building warmed up
+once, ``worker.warm_up``; a free loopback port), relays the ranks' progress
 messages to the display, enforces a wall-clock limit and returns rank 0's gathered results.
 Fresh processes per job return setup memory before the timed rounds. A job whose arm runs on
 another interpreter (``job.python``, e.g. the dataflux arm's venv) gets its ranks started with
@@ -22,14 +23,21 @@ import torch.distributed as dist
 from ckptbench.worker.rank import run_job, spawned_rank_main
 from gcsckpt.testing.local_ranks import LocalRanks, RankError
 
-# Imported once by the forkserver, shared copy-on-write by every rank process it forks.
+# Imported once by the forkserver, shared copy-on-write by every rank process it forks: what
+# every job's ranks would import or set up again otherwise (about 1-3 CPU-s each per rank and
+# job: google-cloud-storage for the checksums object, gcsfs for the stock arm, torch._dynamo via
+# the model build). None of them starts a thread on import (the forkserver must fork without).
 _PRELOAD = [
     "torch",
     "torch.distributed.checkpoint",
     "transformers",
     "transformers.models.olmoe.modeling_olmoe",
     "transformers.models.llama.modeling_llama",
+    "google.cloud.storage",
+    "gcsfs.core",
+    "multistorageclient.contrib.torch",
     "ckptbench.worker.rank",
+    "ckptbench.worker.warm_up",
 ]
 _QUEUE_SIZE = 10_000
 _GRACE_S = 60.0  # past the collective timeout: a hung collective raises inside the ranks first
