@@ -2,9 +2,9 @@
 
 ``SpawnLauncher`` (single machine, the default) runs each job on fresh local rank processes
 through ``gcsckpt.testing.local_ranks`` (the launcher the tests use too: forkserver with torch,
-transformers, the arms' storage clients and the worker preloaded and model building warmed up
-once, ``worker.warm_up``; a free loopback port), relays the ranks' progress
-messages to the display, enforces a wall-clock limit and returns rank 0's gathered results.
+transformers, google-cloud-storage and the worker preloaded, model building warmed up once by
+``worker.warm_up``; a free loopback port), relays the ranks' progress messages to the display,
+enforces a wall-clock limit and returns rank 0's gathered results.
 Fresh processes per job return setup memory before the timed rounds. A job whose arm runs on
 another interpreter (``job.python``, e.g. the dataflux arm's venv) gets its ranks started with
 "spawn" on that interpreter (no preload there: each rank imports what it needs).
@@ -24,9 +24,10 @@ from ckptbench.worker.rank import run_job, spawned_rank_main
 from gcsckpt.testing.local_ranks import LocalRanks, RankError
 
 # Imported once by the forkserver, shared copy-on-write by every rank process it forks: what
-# every job's ranks would import or set up again otherwise (about 1-3 CPU-s each per rank and
-# job: google-cloud-storage for the checksums object, gcsfs for the stock arm, torch._dynamo via
-# the model build). None of them starts a thread on import (the forkserver must fork without).
+# every job's ranks import or set up anyway (google-cloud-storage for the checksums object,
+# about 1 CPU-s; torch._dynamo through the model build, about 3 CPU-s), not what only some arms
+# use (gcsfs, msc: a rank's RSS, which the rows record, holds only what its arm loaded). None
+# starts a thread on import (the forkserver must fork without).
 _PRELOAD = [
     "torch",
     "torch.distributed.checkpoint",
@@ -34,8 +35,6 @@ _PRELOAD = [
     "transformers.models.olmoe.modeling_olmoe",
     "transformers.models.llama.modeling_llama",
     "google.cloud.storage",
-    "gcsfs.core",
-    "multistorageclient.contrib.torch",
     "ckptbench.worker.rank",
     "ckptbench.worker.warm_up",
 ]
