@@ -25,9 +25,9 @@ from gcsckpt.testing.local_ranks import LocalRanks, RankError
 
 # Imported once by the forkserver, shared copy-on-write by every rank process it forks: what
 # every job's ranks import or set up anyway (google-cloud-storage for the checksums object,
-# about 1 CPU-s; torch._dynamo through the model build, about 3 CPU-s), not what only some arms
-# use (gcsfs, msc: a rank's RSS, which the rows record, holds only what its arm loaded). None
-# starts a thread on import (the forkserver must fork without).
+# torch._dynamo through the model build), not what only some arms use (gcsfs, msc: a rank's
+# RSS, which the rows record, holds only what its arm loaded). None starts a thread on import
+# (the forkserver must fork without).
 _PRELOAD = [
     "torch",
     "torch.distributed.checkpoint",

@@ -1,7 +1,8 @@
 """Imported once by the rank launcher's forkserver: builds the tiny models on ``meta`` so the
-lazy imports and first-call set-up they trigger (``torch._dynamo``, about 3 CPU-s, pulled in
-by meta-tensor ops; transformers' auto-model mapping; rotary init) happen in the forkserver,
-and every rank process forked from it starts with them done instead of paying them per job.
+lazy imports and first-call set-up they trigger (``torch._dynamo``, pulled in by meta-tensor
+ops; transformers' auto-model mapping; rotary init) happen in the forkserver, and every rank
+process forked from it starts with them done instead of paying them per job (figures:
+docs/design.md, "Where the time goes").
 Nothing is kept: the models are dropped (``meta`` tensors hold no storage).
 """
 

@@ -18,8 +18,8 @@ def build_meta_model(model: ModelSpec | str | dict[str, Any]) -> nn.Module:
     the published checkpoint names. Materialize with ``gcsckpt.models.state.materialize``.
 
     transformers' weight initialisation is skipped (``no_init_weights``): on ``meta`` it stores
-    nothing, and ``materialize`` fills every parameter, yet its first run in a process costs
-    about 1.5 s of CPU per rank (torch's meta-tensor ``normal_`` path), paid again by every
+    nothing, and ``materialize`` fills every parameter, yet it costs CPU time (torch's
+    meta-tensor ``normal_`` path, slowest on its first run in a process), paid again by every
     fresh rank process of the benchmark.
 
     Raises:
