@@ -18,8 +18,8 @@ takes ~3-4 minutes per round on the fsdp case (8,877 BYTE_IO items per rank, ~41
 it loads only that case, the one its target is set on (``-- --baseline_cases='*'`` adds ep,
 ``-- --baseline_rounds=3`` more rounds); saves run on the ep case only (``-- --save_cases='*'``
 adds fsdp); every round is a job on fresh rank processes (start-up, state building and
-checksums; figures in docs/design.md, "Where the time goes"), so peers run 1 round
-(``-- --peer_rounds=2`` more).
+checksums; figures in docs/measurements.md, "Where a main-job run spends its time"), so peers
+run 1 round (``-- --peer_rounds=2`` more).
 Every flag of //bench:checkpoint_load passes through, e.g.
 ``-- --bucket=gs://b/p --model_scale=full``,
 ``-- --readers=gcsckpt,msc,dataflux,fsspec`` or ``-- --writers=gcsckpt,msc,dataflux,fsspec``

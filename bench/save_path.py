@@ -1,15 +1,13 @@
 """bazel run //bench:save_path -- [--state_mib=512] [--rounds=3] [--output=save_path.json]
 
-The save path side by side, one process: `dcp.save` of one state dict of float32 tensors
-through GCSStorageWriter's data path (torch's serializer in a thread, the C++ uploader, many
-resumable uploads in flight) and through the previous path (torch's own per-thread loop writing
-each object through an ObjectStore upload stream, google-cloud-storage; `thread_count` objects
-in parallel), on a plain LocalGCS, rounds interleaved (the order alternates), fresh writer and
-fresh prefix per round. Each round's checkpoint is loaded back with GCSStorageReader and
-compared tensor by tensor. Per round: seconds, MB/s, this process's CPU seconds (user + sys;
-the endpoint runs in processes of its own), the peak RSS above the RSS before the save (psutil,
-sampled every 5 ms), upload requests and retries, and (GCSStorageWriter) the bytes sent from
-tensor memory and the bytes copied. Also times the CRC-32C of a 256 MiB
+The save path, one process: `dcp.save` of one state dict of float32 tensors through
+GCSStorageWriter's data path (torch's serializer in a thread, the C++ uploader, many resumable
+uploads in flight), one arm per object size, on a plain LocalGCS, rounds interleaved (the order
+alternates), fresh writer and fresh prefix per round. Each round's checkpoint is loaded back
+with GCSStorageReader and compared tensor by tensor. Per round: seconds, MB/s, this process's
+CPU seconds (user + sys; the endpoint runs in processes of its own), the peak RSS above the RSS
+before the save (psutil, sampled every 5 ms), upload requests and retries, and the bytes sent
+from tensor memory and the bytes copied. Also times the CRC-32C of a 256 MiB
 buffer (C++ SSE4.2 / table, and google-crc32c's C extension for comparison). Prints a table
 with the load average; writes JSON.
 """
@@ -19,22 +17,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import statistics
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import google_crc32c
 import psutil
 import torch
 import torch.distributed.checkpoint as dcp
 from absl import app, flags
-from torch.distributed.checkpoint.filesystem import (
-    _split_by_size_and_type,
-    _write_files_from_queue,
-)
-from torch.futures import Future
 
 from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
 from gcsckpt.io import crc32c
@@ -47,55 +38,13 @@ flags.DEFINE_integer("tensor_mib", 8, "Bytes per tensor (MiB).")
 flags.DEFINE_integer("rounds", 3, "Timed rounds per arm.")
 flags.DEFINE_list(
     "arms",
-    ["uploader", "objectstore"],
+    ["uploader"],
     "Save paths to time: uploader (the table's defaults), uploader:<object MiB> (another "
-    "object_bytes), objectstore (the previous path).",
+    "object_bytes).",
 )
 flags.DEFINE_string("output", "save_path.json", "JSON results path (relative: to the cwd).")
 
 BUCKET = "save-path"
-
-
-class ObjectStoreWriter(GCSStorageWriter):
-    """The save path before the C++ uploader: `thread_count` objects per rank (torch's split),
-    each written by torch's own loop through `GCSObjectFiles.create_stream` (an ObjectStore
-    upload stream: one request up to chunk_bytes, a streamed resumable upload above)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, chunk_bytes=16 << 20, **kwargs)
-
-    def _groups(self, items):
-        return _split_by_size_and_type(self.thread_count, items)
-
-    def _write_data(self, planner, objects):
-        files: queue.Queue = queue.Queue()
-        for name, group in objects:
-            files.put((self.fs.concat_path(self.path, name), name, group))
-        results: queue.Queue = queue.Queue()
-
-        def drain():
-            _write_files_from_queue(
-                create_stream=self.fs.create_stream,
-                file_queue=files,
-                result_queue=results,
-                planner=planner,
-                transforms=self.transforms,
-                inflight_threshhold=self.per_thread_copy_ahead,
-                use_fsync=False,
-                thread_count=self.thread_count,
-                serialization_format=self.serialization_format,
-            )
-
-        workers = max(1, min(self.thread_count, files.qsize()))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            for done in [pool.submit(drain) for _ in range(workers)]:
-                done.result()
-        written = []
-        while not results.empty():
-            written += results.get_nowait()
-        future: Future = Future()
-        future.set_result(written)
-        return future
 
 
 @contextlib.contextmanager
@@ -131,9 +80,7 @@ def make_state(state_mib: int, tensor_mib: int) -> dict:
 
 def save_round(gcs, arm: str, name: str, state: dict) -> dict:
     url = f"gs://{BUCKET}/{name}"
-    if arm == "objectstore":
-        writer = ObjectStoreWriter(url, endpoint=gcs.endpoint)
-    elif arm.startswith("uploader:"):
+    if arm.startswith("uploader:"):
         mib = int(arm.split(":")[1])
         writer = GCSStorageWriter(url, endpoint=gcs.endpoint, object_bytes=mib << 20)
     else:
@@ -147,8 +94,7 @@ def save_round(gcs, arm: str, name: str, state: dict) -> dict:
         cpu1 = proc.cpu_times()
     # This process only: the local endpoint's emulator and nginx run in processes of their own.
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-    save_stats = writer.save_stats if arm != "objectstore" else None
-    uploads = writer.uploads if arm != "objectstore" else []
+    save_stats, uploads = writer.save_stats, writer.uploads
     loaded = {k: torch.empty_like(v) for k, v in state.items()}
     dcp.load(
         loaded, storage_reader=GCSStorageReader(f"gs://{BUCKET}/{name}", endpoint=gcs.endpoint)
@@ -163,14 +109,14 @@ def save_round(gcs, arm: str, name: str, state: dict) -> dict:
         "seconds": seconds,
         "cpu_s": cpu_s,
         "mb_per_s": state_bytes / seconds / 1e6,
-        "bytes_referenced": save_stats.bytes_referenced if save_stats else None,
-        "bytes_copied": save_stats.bytes_copied if save_stats else None,
+        "bytes_referenced": save_stats.bytes_referenced,
+        "bytes_copied": save_stats.bytes_copied,
         "extra_rss_mib": rss["extra_mib"],
         "rss_before_mib": rss["start_mib"],
         "peak_rss_mib": rss["peak_mib"],
-        "objects": len(uploads) if uploads else writer.thread_count,
-        "requests": sum(u.requests for u in uploads) if uploads else None,
-        "retries": sum(u.retries for u in uploads) if uploads else None,
+        "objects": len(uploads),
+        "requests": sum(u.requests for u in uploads),
+        "retries": sum(u.retries for u in uploads),
         "verified_tensors": len(state),
     }
 
@@ -228,11 +174,10 @@ def main(argv: list[str]) -> None:
             f"extra RSS max {max(x['extra_rss_mib'] for x in mine):.0f} MiB, "
             f"CPU median {statistics.median(x['cpu_s'] for x in mine):.2f} s"
         )
-        if mine[0]["bytes_referenced"] is not None:
-            print(
-                f"{'':14s} bytes sent from tensor memory {mine[0]['bytes_referenced']:,}, "
-                f"copied {mine[0]['bytes_copied']:,} per save"
-            )
+        print(
+            f"{'':14s} bytes sent from tensor memory {mine[0]['bytes_referenced']:,}, "
+            f"copied {mine[0]['bytes_copied']:,} per save"
+        )
     print(
         f"crc32c over 256 MiB: gcsckpt {crc['gcsckpt_gb_per_s']:.2f} GB/s "
         f"({'sse4.2' if crc['hardware'] else 'table'}), google-crc32c "

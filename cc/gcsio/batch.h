@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cc/gcsio/range_plan.h"
+#include "cc/gcsio/request_kind.h"
 #include "cc/gcsio/scatter_writer.h"
 
 namespace gcsio {
@@ -40,12 +41,11 @@ struct RequestFailure {
 // Mutable state of one fetch; only the thread running or queueing it touches it.
 struct FetchState {
   uint64_t received = 0;  // body bytes already written; a retry asks only for the rest
-  int attempts = 0;
-  std::chrono::steady_clock::time_point first_start;
+  AttemptClock clock;
   ScatterWriter writer;
 };
 
-class Batch {
+class Batch : public TransferWork {
  public:
   // `dests[i]` receives request i and must stay valid until the batch is finished.
   Batch(std::vector<ObjectRef> objects, std::vector<RangeSpec> ranges, std::vector<uint8_t*> dests,
@@ -60,7 +60,7 @@ class Batch {
     return objects_[plan_.fetches[fetch].object_id];
   }
   const std::atomic<bool>& cancelled_flag() const { return cancelled_; }
-  bool cancelled() const { return cancelled_.load(std::memory_order_relaxed); }
+  bool cancelled() const override { return cancelled_.load(std::memory_order_relaxed); }
   uint64_t remaining_bytes(uint32_t fetch) const {
     return plan_.fetches[fetch].length - states_[fetch].received;
   }
@@ -71,7 +71,7 @@ class Batch {
   // (object, pinned generation or 0) for every object of the batch.
   std::vector<std::pair<ObjectRef, int64_t>> Generations() const;
 
-  // Engine side: each fetch ends exactly once, by one of these.
+  // Range-kind side: each fetch ends exactly once, by one of these.
   void FetchSucceeded(uint32_t fetch);
   // The object ended at `object_size`, inside the fetch: requests whose pieces all lie below it
   // succeed, the others fail with `failure` (its request index is filled in).

@@ -4,12 +4,9 @@
 // Why our own (~150 lines): Debian 12 packages no crc32c or absl-crc library for C++, and the
 // uploader needs the checksum of caller memory with the GIL released. It uses the SSE4.2 `crc32`
 // instruction (chosen at run time with __builtin_cpu_supports) on three interleaved 4 KiB blocks
-// joined by a zero-block shift table, else a slice-by-8 table. Measured with crc32c_test's
-// ThroughputIsPrinted (256 MiB buffer, best of 3, -O2, AMD EPYC at 2.6 GHz, 2 cores shared with
-// other jobs at load average 16-19, so read the ratios): three chains 4.3-10.7 GB/s, one chain
-// 5.2-5.6 GB/s (9.5 GB/s at load ~6), table 1.0-1.4 GB/s (1.9 at load ~6). In //bench:save_path
-// (same process, load 6.5-8.7) it ran at 11.3-11.4 GB/s against google-crc32c's C extension at
-// 10.3-11.3 GB/s: a 16 MiB object costs ~1.5 ms.
+// joined by a zero-block shift table, else a slice-by-8 table. Three chains run about as fast
+// as google-crc32c's C extension: a few ms per data object (crc32c_test's ThroughputIsPrinted;
+// figures in docs/measurements.md, "CRC-32C").
 #ifndef CC_GCSIO_CRC32C_H_
 #define CC_GCSIO_CRC32C_H_
 

@@ -1,8 +1,9 @@
 // The one table of the C++ defaults (range reader and uploader). EngineOptions, PlanOptions,
 // UploaderOptions, RetryPolicy and the token caches take their defaults from here; the pybind11
-// module exports the table as `_gcsio.DEFAULTS`, and python/gcsckpt/io/defaults.py (which
-// documents the measurement behind each tuning value) takes its values from that export, so the
-// two languages cannot disagree.
+// module exports the table as `_gcsio.DEFAULTS`, and python/gcsckpt/io/defaults.py takes its
+// values from that export, so the two languages cannot disagree. Each value has a one-line
+// reason; the measurements behind the tuning values are in docs/measurements.md, "Tuning
+// constants".
 #ifndef CC_GCSIO_DEFAULTS_H_
 #define CC_GCSIO_DEFAULTS_H_
 
@@ -11,24 +12,29 @@
 namespace gcsio {
 namespace defaults {
 
-// Tuning (measured with //bench:range_read, see python/gcsckpt/io/defaults.py).
-inline constexpr int kMaxInflightRequests = 64;             // HTTP requests at once (all threads)
-inline constexpr uint64_t kMaxInflightBytes = 1ULL << 30;   // bytes wanted by running requests
-inline constexpr uint64_t kChunkBytes = 8ULL << 20;         // longest single GET (bytes)
-inline constexpr uint64_t kMinChunkBytes = 2ULL << 20;      // shortest cut of a small submit
-inline constexpr uint64_t kCoalesceGapBytes = 16ULL << 10;  // largest hole joined into one GET
-inline constexpr int kMaxNumThreads = 4;                    // worker threads: min(this, CPUs)
-inline constexpr long kRecvBufferBytes = 256L << 10;        // libcurl receive buffer per request
+// Range reader tuning (//bench:range_read -- --tune).
+// HTTP requests at once (all threads): latency-bound reads scale with it.
+inline constexpr int kMaxInflightRequests = 64;
+// Bytes wanted by running requests: above requests x chunk, so it never caps throughput.
+inline constexpr uint64_t kMaxInflightBytes = 1ULL << 30;
+// Longest single GET: amortizes first-byte latency and still leaves parallel streams.
+inline constexpr uint64_t kChunkBytes = 8ULL << 20;
+// Shortest cut of a small submit, so that about half the request slots run at once.
+inline constexpr uint64_t kMinChunkBytes = 2ULL << 20;
+// Largest hole joined into one GET; larger holes fetch many bytes nobody needs.
+inline constexpr uint64_t kCoalesceGapBytes = 16ULL << 10;
+// Worker threads: min(this, CPUs); one curl multi thread tops out below what two carry.
+inline constexpr int kMaxNumThreads = 4;
+// libcurl receive buffer per request (its default is 16 KiB): fewer write callbacks per byte.
+inline constexpr long kRecvBufferBytes = 256L << 10;
 
-// Uploads (uploader.h) and the DCP writer's data objects. Measured with //bench:save_path (one
-// process, 512 MiB of float32 tensors, LocalGCS, rounds interleaved, load average 6.5-8.7; the
-// figures are in python/gcsckpt/io/uploader.py): 16 MiB objects 5.2-5.3 s per save, 32 MiB
-// 4.3-7.9 s, 64 MiB 5.1-7.6 s, the ObjectStore path 11.9-16.8 s; the emulator's one upload
-// thread bounds all of them (~100 MB/s). 16 MiB objects under a 256 MiB staging budget keep up
-// to 16 uploads of a rank in flight, as many as kMaxInflightUploads.
-inline constexpr int kMaxInflightUploads = 16;                 // upload requests at once
-inline constexpr uint64_t kUploadInflightBytes = 1ULL << 30;   // chunk bytes of running PUTs
-inline constexpr uint64_t kUploadChunkBytes = 64ULL << 20;     // longest PUT (256 KiB multiple)
+// Uploads (uploader.h) and the DCP writer's data objects (//bench:save_path). 16 MiB objects
+// under a 256 MiB staging budget keep up to 16 uploads of a rank in flight, as many as
+// kMaxInflightUploads.
+inline constexpr int kMaxInflightUploads = 16;                // upload requests at once
+inline constexpr uint64_t kUploadInflightBytes = 1ULL << 30;  // chunk bytes of running PUTs
+// Longest PUT: a 256 KiB multiple (GCS's chunk rule), larger than an object, so one PUT each.
+inline constexpr uint64_t kUploadChunkBytes = 64ULL << 20;
 inline constexpr uint64_t kUploadObjectBytes = 16ULL << 20;    // writer: tensor bytes per object
 inline constexpr uint64_t kUploadStagingBytes = 256ULL << 20;  // writer: serialized bytes held
 

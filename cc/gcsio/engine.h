@@ -1,27 +1,20 @@
-// The transfer engine: a fixed pool of worker threads, each driving one curl multi handle with
-// keep-alive connections, fed from one queue of fetches shared by all submitted batches.
+// The range reader's engine: its options, and the TransferDriver (num_threads loops, one queue of
+// fetches shared by all submitted batches) running the ranged-GET kind (range_kind.h).
 #ifndef CC_GCSIO_ENGINE_H_
 #define CC_GCSIO_ENGINE_H_
 
-#include <sys/types.h>
-
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cc/gcsio/batch.h"
 #include "cc/gcsio/defaults.h"
-#include "cc/gcsio/job_queue.h"
+#include "cc/gcsio/range_kind.h"
 #include "cc/gcsio/range_plan.h"
-#include "cc/gcsio/read_stats.h"
 #include "cc/gcsio/retry_policy.h"
 #include "cc/gcsio/token_cache.h"
+#include "cc/gcsio/transfer_driver.h"
 
 namespace gcsio {
 
@@ -45,15 +38,16 @@ struct EngineOptions {
   void Validate() const;
 };
 
+// The range reader: a TransferDriver running the ranged-GET kind (RangeKind).
 class Engine {
  public:
   Engine(EngineOptions options, TokenSource token_source);
-  ~Engine();  // cancels queued work, stops the workers
+  ~Engine();  // cancels queued work, stops the loops
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
   // Plans and queues the requests; returns at once. Throws std::invalid_argument for bad
-  // ranges, std::runtime_error after fork() (the workers stayed in the parent). Fetches a token
+  // ranges, std::runtime_error after fork() (the loops stayed in the parent). Fetches a token
   // first when one is due (callers must not hold Python's GIL).
   std::shared_ptr<Batch> Submit(std::vector<ObjectRef> objects, std::vector<RangeSpec> ranges,
                                 std::vector<uint8_t*> dests);
@@ -62,54 +56,12 @@ class Engine {
   void Cancel(const std::shared_ptr<Batch>& batch);
 
   const EngineOptions& options() const { return options_; }
-  ReadStats& stats() { return stats_; }
+  TransferStats& stats() { return driver_.stats(); }
 
  private:
-  class Worker;
-  friend class Worker;
-  using Clock = std::chrono::steady_clock;
-
-  struct Job {
-    std::shared_ptr<Batch> batch;
-    uint32_t fetch;
-    Clock::time_point not_before;
-  };
-
-  void StartWorkersOnce();
-  // Hands the next job to worker `worker` that has `active` requests running, if its share and
-  // the byte budget allow. `bytes` receives the job's reserved byte budget.
-  bool TakeJob(int worker, int active, Job* job, uint64_t* bytes);
-  // Frees the budget of an ended attempt.
-  void ReleaseAttempt(uint64_t bytes);
-  // Queues a retry `delay_s` seconds from now (dropped if the batch was cancelled). With
-  // Worker::Judge, the only place a C++ request is retried.
-  void Requeue(Job job, double delay_s);
-  // Blocks an idle worker until a job may be taken or the engine stops.
-  void WaitForWork(int worker);
-  // Time until the earliest delayed retry is due (capped at `cap`).
-  Clock::duration TimeToNextRetry(Clock::duration cap);
-  void PromoteDueRetriesLocked(Clock::time_point now);
-  enum class TakeVerdict { kYes, kNo, kNoByteBudget };
-  TakeVerdict CanTakeLocked(int worker, int active) const;
-  int WorkerCap(int worker) const;
-  void WakeWorkers();
-  bool stopping() const;
-
   const EngineOptions options_;
-  ReadStats stats_;
-  TokenCache tokens_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  JobQueue<Job> queue_;
-  int inflight_requests_ = 0;
-  uint64_t inflight_bytes_ = 0;
-  bool bytes_blocked_ = false;  // a worker waits for byte budget
-  bool stopping_ = false;
-  std::once_flag started_;
-  int num_workers_ = 0;    // fixed before any worker thread starts
-  const pid_t owner_pid_;  // worker threads exist only in this process, not in a fork() child
-  std::vector<std::unique_ptr<Worker>> workers_;
+  TransferDriver driver_;
+  RangeKind kind_;
 };
 
 }  // namespace gcsio

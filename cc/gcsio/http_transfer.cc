@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
-#include <mutex>
 #include <stdexcept>
 
 #include "cc/gcsio/http_text.h"
@@ -21,37 +20,9 @@ int64_t ParseInt(std::string_view s) {
 
 }  // namespace
 
-void GlobalCurlInitOnce() {
-  static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
-}
-
-void SetTransferDefaults(CURL* easy, char* errbuf, curl_write_callback on_header,
-                         curl_write_callback on_body, void* self) {
-  curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(easy, CURLOPT_HTTP_VERSION, CURL_HTTP_VERSION_1_1);
-  curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
-  curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
-  curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
-  curl_easy_setopt(easy, CURLOPT_USERAGENT, "gcsckpt-gcsio/1.0");
-  curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, errbuf);
-  curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
-  curl_easy_setopt(easy, CURLOPT_HEADERDATA, self);
-  curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
-  curl_easy_setopt(easy, CURLOPT_WRITEDATA, self);
-  curl_easy_setopt(easy, CURLOPT_PRIVATE, self);
-}
-
-HttpTransfer::HttpTransfer() : easy_(curl_easy_init()) {
-  if (easy_ == nullptr) throw std::runtime_error("curl_easy_init failed");
-  errbuf_[0] = '\0';
+HttpTransfer::HttpTransfer() {
   SetTransferDefaults(easy_, errbuf_, &HttpTransfer::HeaderThunk, &HttpTransfer::BodyThunk, this);
   curl_easy_setopt(easy_, CURLOPT_HTTPGET, 1L);
-}
-
-HttpTransfer::~HttpTransfer() {
-  curl_easy_cleanup(easy_);
-  curl_slist_free_all(headers_);
 }
 
 void HttpTransfer::Begin(const AttemptSetup& setup) {
@@ -69,17 +40,11 @@ void HttpTransfer::Begin(const AttemptSetup& setup) {
   error_body_.clear();
   received_ = 0;
   errbuf_[0] = '\0';
-  last_activity_ = std::chrono::steady_clock::now();
+  Touch();
 
-  curl_slist_free_all(headers_);
-  headers_ = nullptr;
-  const std::string range = "Range: bytes=" + std::to_string(setup.range.first) + "-" +
-                            std::to_string(setup.range.first + setup.range.length - 1);
-  headers_ = curl_slist_append(headers_, range.c_str());
-  if (!setup.bearer_token.empty()) {
-    const std::string auth = "Authorization: Bearer " + setup.bearer_token;
-    headers_ = curl_slist_append(headers_, auth.c_str());
-  }
+  ResetHeaders(setup.bearer_token);
+  AddHeader("Range: bytes=" + std::to_string(setup.range.first) + "-" +
+            std::to_string(setup.range.first + setup.range.length - 1));
   curl_easy_setopt(easy_, CURLOPT_URL, setup_.url.c_str());
   curl_easy_setopt(easy_, CURLOPT_HTTPHEADER, headers_);
   curl_easy_setopt(easy_, CURLOPT_CONNECTTIMEOUT_MS, setup.connect_timeout_ms);
@@ -96,7 +61,7 @@ size_t HttpTransfer::BodyThunk(char* data, size_t size, size_t count, void* self
 }
 
 void HttpTransfer::OnHeader(std::string_view line) {
-  last_activity_ = std::chrono::steady_clock::now();
+  Touch();
   if (line.substr(0, 5) == "HTTP/") {
     // A new status line: headers of any earlier answer (e.g. 100 Continue) no longer apply.
     const size_t sp = line.find(' ');
@@ -153,7 +118,7 @@ bool HttpTransfer::AcceptHeaders() {
 }
 
 size_t HttpTransfer::OnBody(const char* data, size_t n) {
-  last_activity_ = std::chrono::steady_clock::now();
+  Touch();
   if (setup_.cancelled->load(std::memory_order_relaxed)) {
     rejected_ = true;
     rejection_.verdict = Verdict::kCancelled;
@@ -243,12 +208,6 @@ Outcome HttpTransfer::Finish(CURLcode code, std::string_view bucket, std::string
     return o;
   }
   return ok;
-}
-
-long HttpTransfer::new_connections() const {
-  long n = 0;
-  curl_easy_getinfo(easy_, CURLINFO_NUM_CONNECTS, &n);
-  return n;
 }
 
 double HttpTransfer::total_time_s() const {

@@ -1,5 +1,5 @@
-// One libcurl easy handle that performs ranged GET attempts for fetches, writes validated body
-// bytes through a ScatterWriter and judges each finished attempt.
+// The handle of the ranged-GET request kind (range_kind.h): performs GET attempts for fetches,
+// writes validated body bytes through a ScatterWriter and judges each finished attempt.
 #ifndef CC_GCSIO_HTTP_TRANSFER_H_
 #define CC_GCSIO_HTTP_TRANSFER_H_
 
@@ -11,22 +11,12 @@
 #include <string>
 #include <string_view>
 
-#include "cc/gcsio/read_stats.h"
+#include "cc/gcsio/easy_transfer.h"
 #include "cc/gcsio/response_check.h"
 #include "cc/gcsio/scatter_writer.h"
+#include "cc/gcsio/transfer_stats.h"
 
 namespace gcsio {
-
-// curl_global_init, once per process (before the first handle; the reader and the uploader
-// both call it).
-void GlobalCurlInitOnce();
-
-// The options every request handle of the reader and the uploader starts from: no signals,
-// HTTP/1.1, no redirects, TCP_NODELAY and keep-alive, the user agent, libcurl's message into
-// `errbuf` (CURL_ERROR_SIZE bytes), header lines to `on_header` and body bytes to `on_body`
-// (both called with `self`, which CURLINFO_PRIVATE also returns).
-void SetTransferDefaults(CURL* easy, char* errbuf, curl_write_callback on_header,
-                         curl_write_callback on_body, void* self);
 
 struct AttemptSetup {
   std::string url;
@@ -37,20 +27,15 @@ struct AttemptSetup {
   long recv_buffer_bytes = 256 << 10;
   ScatterWriter* writer = nullptr;
   const std::atomic<bool>* cancelled = nullptr;
-  ReadStats* stats = nullptr;
+  TransferStats* stats = nullptr;
   // The object's generation pin, shared by every GET of it in the batch (see Batch::pin_of).
   std::atomic<int64_t>* pin = nullptr;
   int64_t sent_generation = 0;  // the generation= this GET's URL carries, 0 if none
 };
 
-class HttpTransfer {
+class HttpTransfer : public EasyTransfer {
  public:
   HttpTransfer();  // throws std::runtime_error if libcurl cannot make a handle
-  ~HttpTransfer();
-  HttpTransfer(const HttpTransfer&) = delete;
-  HttpTransfer& operator=(const HttpTransfer&) = delete;
-
-  CURL* easy() const { return easy_; }
 
   // Configures the handle for a new attempt and clears the previous attempt's state.
   void Begin(const AttemptSetup& setup);
@@ -62,13 +47,10 @@ class HttpTransfer {
 
   // Validated body bytes this attempt wrote into destinations.
   uint64_t received() const { return received_; }
-  // When the attempt last saw a header or body byte (stall detection).
-  std::chrono::steady_clock::time_point last_activity() const { return last_activity_; }
   // x-goog-generation of the answer, 0 if absent.
   int64_t generation() const { return generation_; }
   // The object's size when a 206 ended at the object's end before the attempt's end, else 0.
   uint64_t object_size() const { return object_size_; }
-  long new_connections() const;
   double total_time_s() const;
   double ttfb_s() const;
 
@@ -83,9 +65,6 @@ class HttpTransfer {
   // Bytes this attempt still wants.
   uint64_t wanted() const { return want_ - received_; }
 
-  CURL* easy_;
-  curl_slist* headers_ = nullptr;
-  char errbuf_[CURL_ERROR_SIZE];
   AttemptSetup setup_;
   long status_ = 0;
   std::string content_range_;
@@ -99,7 +78,6 @@ class HttpTransfer {
   Outcome rejection_;
   std::string error_body_;
   uint64_t received_ = 0;
-  std::chrono::steady_clock::time_point last_activity_;
 };
 
 }  // namespace gcsio

@@ -23,6 +23,13 @@ std::string Snippet(std::string_view body) {
 
 bool IsSpace(char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; }
 
+// A character of an OAuth2 bearer token (RFC 6750 b64token: ALPHA DIGIT - . _ ~ + / and
+// trailing '='); the token ends at the first other one, so the text after it is kept.
+bool IsTokenChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '.' || c == '_' ||
+         c == '~' || c == '+' || c == '/' || c == '=';
+}
+
 bool StartsWithBearer(std::string_view s) {
   static constexpr std::string_view kBearer = "bearer";
   if (s.size() <= kBearer.size()) return false;
@@ -154,9 +161,10 @@ std::string RedactCredentials(std::string_view text, std::string_view secret) {
       size_t j = 6;
       while (j < rest.size() && IsSpace(rest[j])) ++j;
       out.append(rest.substr(0, j));
-      if (j < rest.size()) out += kRedacted;
-      while (j < rest.size() && !IsSpace(rest[j])) ++j;
-      i += j;
+      size_t end = j;
+      while (end < rest.size() && IsTokenChar(rest[end])) ++end;
+      if (end > j) out += kRedacted;  // "Bearer <redacted>" (already redacted) stays as it is
+      i += end;
     } else {
       out.push_back(text[i]);
       ++i;

@@ -67,7 +67,8 @@ Outcome CheckWholeObjectAnswer(const AttemptRange& range, int64_t content_length
 Outcome CheckGeneration(int64_t pinned, int64_t seen);
 
 // `text` with every occurrence of `secret` (when not empty; also a start of it cut off at the
-// end of `text`) and every "Bearer <token>" replaced by "<redacted>", so server bodies that
+// end of `text`) and the token of every "Bearer <token>" replaced by "<redacted>" (the token
+// is its run of RFC 6750 token characters; the text after it is kept), so server bodies that
 // echo request headers never carry a token into errors.
 std::string RedactCredentials(std::string_view text, std::string_view secret);
 

@@ -63,6 +63,20 @@ TEST(ResponseCheckTest, ClassifiesStatuses) {
   EXPECT_TRUE(long_body.message.size() < 400);
 }
 
+TEST(ResponseCheckTest, RedactsTheTokenOnly) {
+  // A compact JSON echo: the quote, comma and the rest of the body stay.
+  EXPECT_EQ(RedactCredentials(R"({"Authorization":"Bearer ya29.a-b_c~d+e/f==","n":1} tail)", ""),
+            R"({"Authorization":"Bearer <redacted>","n":1} tail)");
+  EXPECT_EQ(RedactCredentials("authorization: bearer t0k\r\nHost: x", ""),
+            "authorization: bearer <redacted>\r\nHost: x");
+  EXPECT_EQ(RedactCredentials("Bearer abc)(0 of 10 bytes", ""), "Bearer <redacted>)(0 of 10 bytes");
+  EXPECT_EQ(RedactCredentials("token s3cr3t; Bearer ", "s3cr3t"), "token <redacted>; Bearer ");
+  // Redacting twice (the transfer, then the message snippet) changes nothing more.
+  const std::string once = RedactCredentials(R"({"a":"Bearer s3cr3t"} x)", "s3cr3t");
+  EXPECT_EQ(once, R"({"a":"Bearer <redacted>"} x)");
+  EXPECT_EQ(RedactCredentials(once, ""), once);
+}
+
 TEST(ResponseCheckTest, ClassifiesTransportErrors) {
   EXPECT_EQ(TransportOutcome(CURLE_COULDNT_CONNECT, "").cause, std::string("connection_refused"));
   EXPECT_EQ(TransportOutcome(CURLE_RECV_ERROR, "").cause, std::string("connection_reset"));

@@ -7,15 +7,26 @@
 
 namespace gcsio {
 
+namespace {
+
+// "RetryPolicy.<field> <rule>, got <value>" as an invalid_argument.
+[[noreturn]] void Refuse(const char* field, const char* rule, double value) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "RetryPolicy.%s %s, got %g", field, rule, value);
+  throw std::invalid_argument(buf);
+}
+
+}  // namespace
+
 void RetryPolicy::Validate() const {
-  if (max_attempts < 1) throw std::invalid_argument("RetryPolicy.max_attempts must be >= 1");
-  if (!(initial_backoff_s >= 0)) {
-    throw std::invalid_argument("RetryPolicy.initial_backoff_s must be >= 0");
-  }
+  if (max_attempts < 1) Refuse("max_attempts", "must be >= 1", max_attempts);
+  if (!(initial_backoff_s >= 0)) Refuse("initial_backoff_s", "must be >= 0", initial_backoff_s);
   if (!(max_backoff_s >= initial_backoff_s)) {
-    throw std::invalid_argument("RetryPolicy.max_backoff_s must be >= initial_backoff_s");
+    char rule[64];
+    std::snprintf(rule, sizeof(rule), "must be >= initial_backoff_s (%g)", initial_backoff_s);
+    Refuse("max_backoff_s", rule, max_backoff_s);
   }
-  if (!(deadline_s > 0)) throw std::invalid_argument("RetryPolicy.deadline_s must be > 0");
+  if (!(deadline_s > 0)) Refuse("deadline_s", "must be > 0", deadline_s);
 }
 
 bool IsRetryableStatus(long status) {

@@ -34,7 +34,7 @@ double BackoffSeconds(const RetryPolicy& policy, int attempts_made, std::mt19937
 bool MayRetry(const RetryPolicy& policy, int attempts_made, double elapsed_s, double backoff_s);
 
 // The decision after a failed attempt that may be retried, shared by every C++ request (ranged
-// GETs in Engine::Worker::Judge, upload requests in Uploader's Judge), so both languages and both
+// GETs and upload requests alike, in TransferDriver::Settle), so both languages and both
 // directions retry by one policy.
 struct RetryDecision {
   bool retry = false;

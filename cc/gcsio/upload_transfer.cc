@@ -2,11 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
-#include <stdexcept>
 #include <string_view>
 
 #include "cc/gcsio/http_text.h"
-#include "cc/gcsio/http_transfer.h"
 
 namespace gcsio {
 namespace {
@@ -16,22 +14,12 @@ constexpr char kStartBody[] = "{}";
 
 }  // namespace
 
-UploadTransfer::UploadTransfer() : easy_(curl_easy_init()) {
-  if (easy_ == nullptr) throw std::runtime_error("curl_easy_init failed");
-  errbuf_[0] = '\0';
-}
-
-UploadTransfer::~UploadTransfer() {
-  curl_easy_cleanup(easy_);
-  curl_slist_free_all(headers_);
-}
-
 void UploadTransfer::Begin(const UploadRequestSetup& setup) {
   setup_ = setup;
   answer_ = UploadAnswer();
   read_pos_ = 0;
   errbuf_[0] = '\0';
-  last_activity_ = std::chrono::steady_clock::now();
+  Touch();
   // A request of another kind may follow on the same handle: start from libcurl's defaults
   // (the connection cache lives in the multi handle and survives).
   curl_easy_reset(easy_);
@@ -41,19 +29,13 @@ void UploadTransfer::Begin(const UploadRequestSetup& setup) {
   curl_easy_setopt(easy_, CURLOPT_CONNECTTIMEOUT_MS, setup.connect_timeout_ms);
   curl_easy_setopt(easy_, CURLOPT_UPLOAD_BUFFERSIZE, kSendBufferBytes);
 
-  curl_slist_free_all(headers_);
-  headers_ = nullptr;
-  // No "Expect: 100-continue" round trip before large bodies.
-  headers_ = curl_slist_append(headers_, "Expect:");
-  if (!setup.bearer_token.empty()) {
-    const std::string auth = "Authorization: Bearer " + setup.bearer_token;
-    headers_ = curl_slist_append(headers_, auth.c_str());
-  }
+  ResetHeaders(setup.bearer_token);
+  AddHeader("Expect:");  // no "Expect: 100-continue" round trip before large bodies
   const std::string total = std::to_string(setup.total);
   if (setup.step == UploadStep::kStart) {
-    headers_ = curl_slist_append(headers_, "Content-Type: application/json; charset=UTF-8");
-    headers_ = curl_slist_append(headers_, "X-Upload-Content-Type: application/octet-stream");
-    headers_ = curl_slist_append(headers_, ("X-Upload-Content-Length: " + total).c_str());
+    AddHeader("Content-Type: application/json; charset=UTF-8");
+    AddHeader("X-Upload-Content-Type: application/octet-stream");
+    AddHeader("X-Upload-Content-Length: " + total);
     curl_easy_setopt(easy_, CURLOPT_POST, 1L);
     curl_easy_setopt(easy_, CURLOPT_POSTFIELDS, kStartBody);
     curl_easy_setopt(easy_, CURLOPT_POSTFIELDSIZE_LARGE,
@@ -66,8 +48,8 @@ void UploadTransfer::Begin(const UploadRequestSetup& setup) {
       range += std::to_string(setup.first) + "-" + std::to_string(setup.first + setup.length - 1) +
                "/" + total;
     }
-    headers_ = curl_slist_append(headers_, range.c_str());
-    headers_ = curl_slist_append(headers_, "Content-Type: application/octet-stream");
+    AddHeader(range);
+    AddHeader("Content-Type: application/octet-stream");
     const uint64_t length = setup.step == UploadStep::kChunk ? setup.length : 0;
     curl_easy_setopt(easy_, CURLOPT_UPLOAD, 1L);  // PUT
     curl_easy_setopt(easy_, CURLOPT_READFUNCTION, &UploadTransfer::ReadThunk);
@@ -80,7 +62,7 @@ void UploadTransfer::Begin(const UploadRequestSetup& setup) {
 size_t UploadTransfer::HeaderThunk(char* data, size_t size, size_t count, void* self) {
   auto* t = static_cast<UploadTransfer*>(self);
   const std::string_view line(data, size * count);
-  t->last_activity_ = std::chrono::steady_clock::now();
+  t->Touch();
   if (line.substr(0, 5) == "HTTP/") {
     // A new status line: headers of an earlier answer (100 Continue) no longer apply.
     const size_t sp = line.find(' ');
@@ -103,7 +85,7 @@ size_t UploadTransfer::HeaderThunk(char* data, size_t size, size_t count, void* 
 
 size_t UploadTransfer::BodyThunk(char* data, size_t size, size_t count, void* self) {
   auto* t = static_cast<UploadTransfer*>(self);
-  t->last_activity_ = std::chrono::steady_clock::now();
+  t->Touch();
   if (t->setup_.cancelled != nullptr && t->setup_.cancelled->load(std::memory_order_relaxed)) {
     return 0;
   }
@@ -115,7 +97,7 @@ size_t UploadTransfer::BodyThunk(char* data, size_t size, size_t count, void* se
 
 size_t UploadTransfer::ReadThunk(char* data, size_t size, size_t count, void* self) {
   auto* t = static_cast<UploadTransfer*>(self);
-  t->last_activity_ = std::chrono::steady_clock::now();
+  t->Touch();
   if (t->setup_.cancelled != nullptr && t->setup_.cancelled->load(std::memory_order_relaxed)) {
     return CURL_READFUNC_ABORT;
   }
@@ -135,12 +117,6 @@ UploadAnswer UploadTransfer::Finish(CURLcode code) {
   answer_.code = code;
   if (code != CURLE_OK) answer_.transport_error = errbuf_;
   return answer_;
-}
-
-long UploadTransfer::new_connections() const {
-  long n = 0;
-  curl_easy_getinfo(easy_, CURLINFO_NUM_CONNECTS, &n);
-  return n;
 }
 
 }  // namespace gcsio

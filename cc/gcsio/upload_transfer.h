@@ -2,7 +2,7 @@
 // start (POST), a chunk (PUT with Content-Range a-b/total, body read straight from the caller's
 // spans, UploadPayload, from any object offset) and the status query (PUT with Content-Range
 // */total, empty body). It records what came back (status, Location, Range, the start of the body);
-// Uploader judges it.
+// the upload request kind (upload_kind.h) judges it.
 #ifndef CC_GCSIO_UPLOAD_TRANSFER_H_
 #define CC_GCSIO_UPLOAD_TRANSFER_H_
 
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cc/gcsio/easy_transfer.h"
 #include "cc/gcsio/upload_payload.h"
 
 namespace gcsio {
@@ -41,37 +42,25 @@ struct UploadAnswer {
   uint64_t sent = 0;     // body bytes libcurl read from caller memory
 };
 
-class UploadTransfer {
+class UploadTransfer : public EasyTransfer {
  public:
   static constexpr size_t kBodyLimit = 64 << 10;
   // libcurl's send buffer per request (its default is 64 KiB): fewer read callbacks per byte.
   static constexpr long kSendBufferBytes = 1L << 20;
 
-  UploadTransfer();  // throws std::runtime_error if libcurl cannot make a handle
-  ~UploadTransfer();
-  UploadTransfer(const UploadTransfer&) = delete;
-  UploadTransfer& operator=(const UploadTransfer&) = delete;
-
-  CURL* easy() const { return easy_; }
   // Configures the handle for a new request (connections stay cached in the multi handle).
   void Begin(const UploadRequestSetup& setup);
   UploadAnswer Finish(CURLcode code);
   const UploadRequestSetup& setup() const { return setup_; }
-  std::chrono::steady_clock::time_point last_activity() const { return last_activity_; }
-  long new_connections() const;
 
  private:
   static size_t HeaderThunk(char* data, size_t size, size_t count, void* self);
   static size_t BodyThunk(char* data, size_t size, size_t count, void* self);
   static size_t ReadThunk(char* data, size_t size, size_t count, void* self);
 
-  CURL* easy_;
-  curl_slist* headers_ = nullptr;
-  char errbuf_[CURL_ERROR_SIZE];
   UploadRequestSetup setup_;
   UploadAnswer answer_;
   uint64_t read_pos_ = 0;
-  std::chrono::steady_clock::time_point last_activity_;
 };
 
 }  // namespace gcsio

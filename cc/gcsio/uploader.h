@@ -9,10 +9,10 @@
 // session holds K + 1 bytes; the final 200/201 carries the object resource, whose size,
 // generation and crc32c are checked against the bytes sent (CRC-32C computed here, crc32c.h).
 //
-// Retries: a retryable failure (connection reset or refused, timeout, a stall, HTTP 408, 429,
-// 5xx) is retried under the one RetryPolicy with its full-jitter backoff, decided by
-// DecideRetry (retry_policy.h), the same decision Engine::Worker::Judge applies to ranged GETs;
-// attempts and the deadline count per request, so they start again once a chunk is committed.
+// Runs on a TransferDriver (one loop) as the upload request kind (upload_kind.h), so a retryable
+// failure (connection reset or refused, timeout, a stall, HTTP 408, 429, 5xx) is retried by the
+// same DecideRetry path as a ranged GET; attempts and the deadline count per request, so they
+// start again once a chunk is committed.
 // A retry of a chunk first asks the session what it holds (PUT with `Content-Range:
 // bytes */total` -> 308 + Range) and resumes from there. A session that answers 404 or 410 has
 // expired: the upload starts again from byte 0 with a new session (counted as an attempt).
@@ -20,25 +20,19 @@
 #ifndef CC_GCSIO_UPLOADER_H_
 #define CC_GCSIO_UPLOADER_H_
 
-#include <sys/types.h>
-
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "cc/gcsio/defaults.h"
-#include "cc/gcsio/job_queue.h"
+#include "cc/gcsio/request_kind.h"
 #include "cc/gcsio/retry_policy.h"
 #include "cc/gcsio/token_cache.h"
+#include "cc/gcsio/transfer_driver.h"
+#include "cc/gcsio/transfer_stats.h"
 #include "cc/gcsio/upload_payload.h"
 #include "cc/gcsio/upload_transfer.h"
 
@@ -86,10 +80,10 @@ struct UploadResult {
   std::string error;          // failure: names gs://bucket/object, offset, attempts; no token
 };
 
-class Uploader;
+class UploadKind;
 
 // One submitted upload.
-class Upload {
+class Upload : public TransferWork {
  public:
   explicit Upload(UploadSpec spec) : spec_(std::move(spec)) {}
   Upload(const Upload&) = delete;
@@ -100,20 +94,21 @@ class Upload {
   // Blocks up to `timeout_s` (< 0: forever); true once finished.
   bool WaitFor(double timeout_s) const;
   UploadResult Result() const;  // meaningful once finished
+  bool cancelled() const override { return cancelled_.load(std::memory_order_relaxed); }
+  void MarkCancelled() { cancelled_.store(true); }
 
  private:
-  friend class Uploader;
+  friend class UploadKind;
   void Finish(UploadResult result);
 
   const UploadSpec spec_;
   std::atomic<bool> cancelled_{false};
-  // Worker-thread state.
+  // Loop-thread state.
   UploadStep step_ = UploadStep::kStart;
   std::string session_url_;
   uint64_t committed_ = 0;
   uint64_t sent_high_ = 0;  // highest offset ever sent (to count re-sent bytes)
-  int attempts_ = 0;        // of the current request
-  std::chrono::steady_clock::time_point first_start_;
+  AttemptClock clock_;      // of the current request
   UploadResult progress_;
 
   mutable std::mutex mu_;
@@ -122,22 +117,10 @@ class Upload {
   UploadResult result_;
 };
 
-struct UploadStatsSnapshot {
-  uint64_t requests = 0;
-  uint64_t bytes_sent = 0;
-  uint64_t uploads_done = 0;
-  uint64_t failures = 0;
-  uint64_t retries = 0;
-  std::map<std::string, uint64_t> retries_by_cause;
-  uint64_t status_queries = 0;
-  uint64_t restarts = 0;
-  uint64_t connections_opened = 0;
-};
-
 class Uploader {
  public:
   Uploader(UploaderOptions options, TokenSource token_source);
-  ~Uploader();  // cancels what is queued or running, stops the thread
+  ~Uploader();  // cancels what is queued or running, stops the loop
   Uploader(const Uploader&) = delete;
   Uploader& operator=(const Uploader&) = delete;
 
@@ -150,60 +133,13 @@ class Uploader {
   // finished upload is left as it is.
   void Cancel(const std::shared_ptr<Upload>& upload);
 
-  UploadStatsSnapshot Stats() const;
+  UploadStatsSnapshot Stats() const { return driver_.stats().Snapshot(); }
   const UploaderOptions& options() const { return options_; }
 
  private:
-  using Clock = std::chrono::steady_clock;
-  struct Job {
-    std::shared_ptr<Upload> upload;
-    Clock::time_point not_before;
-  };
-  struct Active {
-    std::shared_ptr<Upload> upload;
-    std::unique_ptr<UploadTransfer> transfer;
-    uint64_t bytes;  // reserved from max_inflight_bytes
-  };
-
-  void Loop();
-  bool TakeLocked(Job* job, uint64_t* bytes);
-  void Start(std::shared_ptr<Upload> upload, uint64_t bytes);
-  void Collect();
-  void CheckStallsAndCancels();
-  void End(size_t slot, const UploadAnswer* answer, const char* local_cause,
-           const std::string& local_message);
-  // Applies the verdict of one answered (or broken) request: next step, retry through
-  // DecideRetry and Requeue, success or failure. The upload side of the C++ retry decision.
-  void Judge(const std::shared_ptr<Upload>& upload, UploadStep step, const UploadAnswer* answer,
-             const char* local_cause, const std::string& local_message, const std::string& token);
-  void Requeue(std::shared_ptr<Upload> upload, double delay_s);
-  void Fail(const std::shared_ptr<Upload>& upload, const std::string& cause, long status,
-            const std::string& message, const std::string& why);
-  std::string StartUrl(const UploadSpec& spec) const;
-
   const UploaderOptions options_;
-  TokenCache tokens_;
-  const pid_t owner_pid_;
-  CURLM* multi_;
-
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  JobQueue<Job> queue_;
-  int inflight_requests_ = 0;
-  uint64_t inflight_bytes_ = 0;
-  bool stopping_ = false;
-  std::thread thread_;
-
-  // Worker-thread state.
-  std::vector<Active> active_;
-  std::vector<std::unique_ptr<UploadTransfer>> spare_;
-  std::mt19937_64 rng_;
-
-  // Counters.
-  std::atomic<uint64_t> requests_{0}, bytes_sent_{0}, done_{0}, failures_{0}, retries_{0};
-  std::atomic<uint64_t> status_queries_{0}, restarts_{0}, connections_{0};
-  mutable std::mutex stats_mu_;
-  std::map<std::string, uint64_t> retries_by_cause_;
+  TransferDriver driver_;
+  std::unique_ptr<UploadKind> kind_;
 };
 
 }  // namespace gcsio

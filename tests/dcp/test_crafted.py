@@ -13,7 +13,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 
 from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
-from gcsckpt.testing import LocalGCS
+from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
 BUCKET = "crafted"
 OBJECT = "__0_0.distcp"  # the saved name, set by the `gcs` fixture (names carry the save)
@@ -115,6 +115,32 @@ def test_length_past_object_end(gcs):
     url = _variant(gcs, "too-long", metadata=_with_info("w", length=10**6))
     state = _load_fails(gcs, url, rf"rank 0: .*gs://crafted/too-long/{OBJECT} bytes=\d+-\d+: ")
     assert torch.count_nonzero(state["w"]) == 0
+
+
+@pytest.mark.parametrize("listed", [True, False], ids=["listed", "no-listing"])
+def test_length_larger_than_the_object_fails_before_allocating(gcs, listed):
+    # 2^40 bytes: allocated, this is a raw allocator failure; checked, it is the object's size.
+    url = _variant(gcs, "huge", metadata=_with_info("w", length=1 << 40))
+    good_md = pickle.loads(gcs.get(BUCKET, "good/.metadata"))
+    offset = next(i for x, i in good_md.storage_data.items() if x.fqn == "w").offset
+    size = len(gcs.get(BUCKET, f"good/{OBJECT}"))
+    # Without a listing (the LIST, the load's second request, fails): a 1-byte GET finds the
+    # object too short and a metadata GET names its size.
+    faults = [] if listed else [Fault(kind="status", status=404, media_only=False, nth=2)]
+    state = _blank()
+    with FaultProxy(gcs.endpoint, faults) as proxy:
+        reader = GCSStorageReader(url, endpoint=proxy.endpoint)
+        with pytest.raises(CheckpointException) as info:
+            dcp.load(state, storage_reader=reader)
+        log = proxy.request_log
+    assert f"rank 0: checkpoint load failed: gs://crafted/huge/{OBJECT} bytes={offset}-" + (
+        f"{offset + (1 << 40) - 1}: FQN 'w': offset {offset} + length {1 << 40} = "
+        f"{offset + (1 << 40)} reaches past the end of the object (size {size} bytes)"
+    ) in str(info.value)
+    data_gets = [p for _, p in log if OBJECT in p and "alt=media" in p]
+    assert data_gets == ([] if listed else [data_gets[0]])  # no listing: the one probe GET
+    assert "/o?" in log[1][1] and "alt=media" not in log[1][1]  # the LIST
+    assert torch.count_nonzero(state["w"]) == 0 and state["m"] == {"k": 0}
 
 
 def test_length_too_short(gcs):

@@ -14,7 +14,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import SerializationFormat
 
 from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
-from gcsckpt.testing import FaultProxy, LocalGCS
+from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
 BUCKET = "generations"
 
@@ -139,6 +139,35 @@ def test_overwrite_between_two_gets_of_one_load_fails_and_commits_nothing(gcs):
     # Every GET of the object, the header's included, asked for the one pinned generation.
     assert len(data_gets) >= 2 and all(f"generation={old_generation}" in p for p in data_gets)
     assert planner.committed == [] and _untouched(state)  # no byte of the new version landed
+
+
+def test_without_a_listing_the_header_generation_is_pinned_for_the_data(gcs):
+    # The LIST (the load's second request) fails: no pins from a listing. The header's GET
+    # names generation G; the object is replaced before the tensors' GETs, which ask for G.
+    data, new_bytes = _twin(gcs, "unlisted", SerializationFormat.SAFETENSORS)
+    old_generation = _generation(gcs, data)
+    state = _blank()
+    planner = _Recording(hook=lambda: gcs.put(BUCKET, data, new_bytes))
+    no_list = Fault(kind="status", status=404, media_only=False, nth=2)
+    with FaultProxy(gcs.endpoint, [no_list]) as proxy:
+        reader = GCSStorageReader(f"gs://{BUCKET}/unlisted", endpoint=proxy.endpoint)
+        with pytest.warns(UserWarning) as warned, pytest.raises(CheckpointException) as info:
+            dcp.load(state, storage_reader=reader, planner=planner)
+        log = proxy.request_log
+    assert "/o?" in log[1][1] and "alt=media" not in log[1][1]  # the LIST that failed
+    cannot_list = [str(w.message) for w in warned if "cannot list" in str(w.message)]
+    assert cannot_list == [
+        f"rank 0: cannot list gs://{BUCKET}/unlisted (gs://{BUCKET}/unlisted/*: not found"
+        " (HTTP 404)); each object is read at the generation its first read names, and its"
+        " size is checked by a 1-byte GET"
+    ]
+    data_gets = [p for _, p in log if ".distcp" in p and "alt=media" in p]
+    assert "generation=" not in data_gets[0]  # the header's GET, unpinned
+    assert len(data_gets) >= 2 and all(f"generation={old_generation}" in p for p in data_gets[1:])
+    assert f"object changed during load: generation {old_generation} is no longer" in str(
+        info.value
+    )
+    assert planner.committed == [] and _untouched(state)
 
 
 def test_metadata_replaced_after_it_was_read_fails(gcs):

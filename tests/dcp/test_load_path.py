@@ -287,8 +287,9 @@ def test_pins_come_from_one_listing_and_check_the_commit_order():
     pins = pin_generations(
         _listing(30, 10, 20), "ckpt/step1/", ".metadata", 30, {"a", "b", "c"}, errors
     )
-    assert pins == Pins(30, {"a": 10, "b": 20})  # "c" is not listed: left unpinned (a 404 later)
-    assert pins.only({"b"}) == Pins(30, {"b": 20})
+    # "c" is not listed: left unpinned and unsized (a 404 later)
+    assert pins == Pins(30, {"a": 10, "b": 20}, {"a": 5, "b": 5})
+    assert pins.only({"b"}) == Pins(30, {"b": 20}, {"b": 5})
     with pytest.raises(CheckpointReadError) as info:
         pin_generations(_listing(30, 10, 31), "ckpt/step1/", ".metadata", 30, {"a", "b"}, errors)
     assert str(info.value) == (
@@ -304,7 +305,7 @@ def test_pins_come_from_one_listing_and_check_the_commit_order():
         errors,
         check_commit_order=False,
     )
-    assert relaxed == Pins(30, {"b": 31})
+    assert relaxed == Pins(30, {"b": 31}, {"b": 5})
     with pytest.raises(CheckpointReadError, match="read at generation 29, now generation 30"):
         pin_generations(_listing(30, 10, 20), "ckpt/step1/", ".metadata", 29, {"a"}, errors)
     with pytest.raises(CheckpointReadError, match="read at generation 30, now generation 31"):
@@ -321,11 +322,11 @@ def test_an_endpoint_without_generations_pins_nothing():
     pins = pin_generations(
         _listing(None, None, None), "ckpt/step1/", ".metadata", None, {"a"}, errors
     )
-    assert pins == Pins(None, {})
+    assert pins == Pins(None, {}, {"a": 5})  # sizes are listed all the same
     check_metadata_read(pins, ".metadata", None, errors)
     # The listing names generations, the media read did not: the listing's are used.
     pins = pin_generations(_listing(30, 10, 20), "ckpt/step1/", ".metadata", None, {"a"}, errors)
-    assert pins == Pins(30, {"a": 10})
+    assert pins == Pins(30, {"a": 10}, {"a": 5})
 
 
 def test_changed_objects_map_to_object_changed_during_load():

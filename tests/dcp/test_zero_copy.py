@@ -22,11 +22,11 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import SerializationFormat
 
 from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
-from gcsckpt.dcp.upload_pipeline import (
+from gcsckpt.dcp.segments import (
     REFERENCE_MIN_BYTES,
-    _Budget,
-    _HeldTensors,
-    _SegmentedStream,
+    HeldTensors,
+    SegmentedStream,
+    StagingBudget,
 )
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
@@ -91,11 +91,11 @@ def test_torch_save_hands_the_storage_itself_to_stream_write():
 
 
 def test_the_stream_references_only_writes_inside_held_storages():
-    budget = _Budget(1 << 30)
-    held = _HeldTensors()
+    budget = StagingBudget(1 << 30)
+    held = HeldTensors()
     t = torch.arange(100_000, dtype=torch.int32)  # 400,000 bytes
     held.add(t)
-    stream = _SegmentedStream(lambda: held, budget)
+    stream = SegmentedStream(lambda: held, budget)
     raw = t.numpy()
     view = memoryview(raw).cast("B")
     assert stream.write(view) == 400_000  # the whole storage: referenced
@@ -122,7 +122,7 @@ def test_the_stream_references_only_writes_inside_held_storages():
 
 
 def test_a_gpu_or_storage_less_tensor_gives_no_range():
-    held = _HeldTensors()
+    held = HeldTensors()
     held.add(torch.empty(0))
     held.add(torch.zeros(4, device="meta"))
     assert held._starts == []

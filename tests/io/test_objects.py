@@ -1,9 +1,10 @@
 """ObjectStore (google-cloud-storage) against LocalGCS: reads with generation, stat, list, delete,
-uploads of every size, the RetryPolicy on control-plane requests, error mapping."""
+create-if-absent uploads, the RetryPolicy on control-plane requests, error mapping."""
 
 from __future__ import annotations
 
 import pytest
+import requests
 from io_fixtures import BUCKET, FAST_RETRY, object_bytes
 
 from gcsckpt.io import ObjectStore, ObjectStoreError, RetryPolicy
@@ -38,26 +39,6 @@ def test_upload_read_stat_list_delete(gcs, store):
         store.read(BUCKET, "objects/two")
 
 
-@pytest.mark.parametrize("size", [1, 256 << 10, (256 << 10) + 1, (1 << 20) + 12345])
-def test_streamed_upload_of_any_size(gcs, store, size):
-    # chunk 256 KiB: up to one chunk goes as one upload, more as a resumable upload.
-    data = object_bytes(size, seed=size)
-    name = f"stream/{size}"
-    with store.open_upload(BUCKET, name, chunk_bytes=1) as out:
-        for start in range(0, size, 100_000):
-            out.write(data[start : start + 100_000])
-        assert out.tell() == size
-    assert gcs.get(BUCKET, name) == data
-
-
-def test_aborted_stream_creates_nothing(store):
-    with pytest.raises(RuntimeError, match="stop"):
-        with store.open_upload(BUCKET, "aborted", chunk_bytes=256 << 10) as out:
-            out.write(b"z" * (600 << 10))  # a resumable session has started
-            raise RuntimeError("stop")
-    assert not store.exists(BUCKET, "aborted")
-
-
 def test_policy_drives_control_plane_retries(gcs):
     name = "retry/.metadata"
     gcs.put(BUCKET, name, b"meta")
@@ -87,6 +68,45 @@ def test_non_retryable_status_fails_at_once(gcs):
         assert proxy.requests == 1
 
 
+class _OtherServersErrors:
+    """A transport adapter answering every LIST as a non-GCS server does: `status` with a JSON
+    body whose "error" is a string (google-api-core raises AttributeError on it unmended)."""
+
+    def __init__(self, inner, status: int, body: bytes):
+        self.inner, self.status, self.body = inner, status, body
+
+    def send(self, request, **kwargs):
+        if "/o?" not in request.url or "alt=media" in request.url:
+            return self.inner.send(request, **kwargs)
+        response = requests.Response()
+        response.status_code, response._content = self.status, self.body
+        response.request, response.url = request, request.url
+        response.headers["Content-Type"] = "application/json"
+        return response
+
+    def close(self):
+        self.inner.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "error", "message"),
+    [
+        (404, b'{"error": "Not Found"}', FileNotFoundError, "not found (HTTP 404)"),
+        (404, b'"gone"', FileNotFoundError, "not found (HTTP 404)"),
+        (403, b'{"error": "forbidden here"}', ObjectStoreError, "HTTP 403 'forbidden here'"),
+    ],
+)
+def test_error_bodies_of_other_servers_give_clear_errors(gcs, status, body, error, message):
+    with ObjectStore(gcs.endpoint, retry=FAST_RETRY) as store:
+        store.list(BUCKET, "")  # makes the client and its session
+        session = store._session
+        session.mount("http://", _OtherServersErrors(session.get_adapter("http://"), status, body))
+        with pytest.raises(error) as info:
+            store.list_objects(BUCKET, "ckpt/", delimiter="/")
+    assert f"gs://{BUCKET}/ckpt/*" in str(info.value) and message in str(info.value)
+    assert "AttributeError" not in str(info.value)
+
+
 def test_create_if_absent_refusal_and_lost_answer(gcs, store):
     name = "absent/.metadata"
     refused = Fault(kind="status", status=412, count=None, media_only=False, object_name=name)
@@ -107,6 +127,97 @@ def test_create_if_absent_refusal_and_lost_answer(gcs, store):
         assert proxy.injected_per_fault == [1, 1]
     assert gcs.get(BUCKET, name) == b"mine"
     assert generation == store.stat(BUCKET, name).generation
+
+
+def test_conditional_upload_whose_answers_are_all_lost_is_recognised_by_its_bytes(gcs, store):
+    # Every attempt's answer is reset (the first lands, the retries meet 412 unseen): the
+    # upload gives up, reads the object back, finds its own bytes at a new generation: success.
+    name = "lost-all/.metadata"
+    policy = RetryPolicy(max_attempts=3, initial_backoff_s=0.001, max_backoff_s=0.002)
+    faults = [
+        Fault(kind="reset_mid_body", nth=n, media_only=False, object_name=name, after_bytes=0)
+        for n in (1, 2, 3)
+    ]
+    with FaultProxy(gcs.endpoint, faults) as proxy:
+        with ObjectStore(proxy.endpoint, retry=policy) as s:
+            generation = s.upload(BUCKET, name, b"mine", if_generation_match=0)
+        assert proxy.injected_per_fault == [1, 1, 1]
+    assert gcs.get(BUCKET, name) == b"mine"
+    assert generation == store.stat(BUCKET, name).generation
+
+
+def test_replace_at_generation_with_a_lost_answer_returns_the_new_generation(gcs, store):
+    name = "replace/.metadata"
+    old = store.upload(BUCKET, name, b"old")
+    lost = Fault(kind="reset_mid_body", nth=1, media_only=False, object_name=name, after_bytes=0)
+    with FaultProxy(gcs.endpoint, [lost]) as proxy:
+        with ObjectStore(proxy.endpoint, retry=FAST_RETRY) as s:
+            generation = s.upload(BUCKET, name, b"new", if_generation_match=old)
+        assert proxy.injected_per_fault == [1]
+    assert gcs.get(BUCKET, name) == b"new"
+    assert generation == store.stat(BUCKET, name).generation and generation != old
+    # Another writer's replacement is refused, not mistaken for ours.
+    with pytest.raises(FileExistsError, match=rf"gs://{BUCKET}/{name}: precondition"):
+        store.upload(BUCKET, name, b"late", if_generation_match=old)
+    assert gcs.get(BUCKET, name) == b"new"
+
+
+def test_landed_tells_bytes_and_generation(store):
+    name = "landed/.metadata"
+    generation = store.upload(BUCKET, name, b"ours")
+    assert store.landed(BUCKET, name, b"ours") is True
+    assert store.landed(BUCKET, name, bytearray(b"ours")) is True
+    assert store.landed(BUCKET, name, b"theirs") is False
+    assert store.landed(BUCKET, "landed/absent", b"ours") is False
+    # Still at the generation the upload meant to replace: not the upload's own object.
+    assert store.landed(BUCKET, name, b"ours", if_generation_match=generation) is False
+
+
+def test_failed_conditional_upload_says_whether_it_landed(gcs):
+    policy = RetryPolicy(max_attempts=2, initial_backoff_s=0.001, max_backoff_s=0.002)
+    name = "failed/.metadata"
+    # Both POSTs are answered 503 without reaching the endpoint; the read-back finds nothing.
+    refused = [
+        Fault(kind="status", status=503, nth=n, media_only=False, object_name=name) for n in (1, 2)
+    ]
+    with FaultProxy(gcs.endpoint, refused) as proxy:
+        with ObjectStore(proxy.endpoint, retry=policy) as s:
+            with pytest.raises(ObjectStoreError, match="after 2 attempts: HTTP 503") as info:
+                s.upload(BUCKET, name, b"x", if_generation_match=0)
+        assert proxy.requests == 3  # 2 POSTs, 1 read-back
+    assert info.value.landed is False
+    # Every request fails, the read-back too: whether it landed is unknown.
+    down = Fault(kind="status", status=503, count=None, media_only=False, object_name=name)
+    with FaultProxy(gcs.endpoint, [down]) as proxy:
+        with ObjectStore(proxy.endpoint, retry=policy) as s:
+            with pytest.raises(ObjectStoreError) as info:
+                s.upload(BUCKET, name, b"x", if_generation_match=0)
+    assert info.value.landed is None
+    with pytest.raises(FileNotFoundError):
+        gcs.get(BUCKET, name)
+    # The first POST lands unseen, the retry meets the endpoint's 412, the read-back fails:
+    # neither "ours" nor "theirs" can be told, so the refusal is not reported as one.
+    unknown = [
+        Fault(kind="reset_mid_body", nth=1, media_only=False, object_name=name, after_bytes=0),
+        Fault(kind="status", status=503, nth=3, media_only=False, object_name=name),
+        Fault(kind="status", status=503, nth=4, media_only=False, object_name=name),
+    ]
+    with FaultProxy(gcs.endpoint, unknown) as proxy:
+        with ObjectStore(proxy.endpoint, retry=policy) as s:
+            with pytest.raises(ObjectStoreError, match="whether an earlier attempt landed") as info:
+                s.upload(BUCKET, name, b"x", if_generation_match=0)
+        assert proxy.injected_per_fault == [1, 1, 1]
+    assert info.value.landed is None and not isinstance(info.value, FileExistsError)
+    assert gcs.get(BUCKET, name) == b"x"
+
+
+def test_retry_policy_refusals_name_field_and_value():
+    with pytest.raises(ValueError, match=r"RetryPolicy.initial_backoff_s must be >= 0, got -1"):
+        RetryPolicy(initial_backoff_s=-1)
+    with pytest.raises(ValueError, match=r"max_backoff_s must be >= initial_backoff_s \(2\)"):
+        RetryPolicy(initial_backoff_s=2, max_backoff_s=1)
+    with pytest.raises(ValueError, match=r"RetryPolicy.max_attempts must be an int, got 2.5"):
+        RetryPolicy(max_attempts=2.5)
 
 
 def test_retry_conversion_keeps_the_policy():
@@ -139,24 +250,20 @@ def test_retry_conversion_keeps_the_policy():
 
 
 @pytest.mark.parametrize(
-    "how, size, upload_type",
+    "size, upload_type",
     [
-        ("upload", 5, "multipart"),  # `.metadata` as the writer commits it
-        ("upload", (8 << 20) + 1, "resumable"),  # past google-cloud-storage's multipart limit
-        ("stream", 600 << 10, "resumable"),  # open_upload past one 256 KiB chunk
+        (5, "multipart"),  # `.metadata` as the writer commits it
+        ((8 << 20) + 1, "resumable"),  # past google-cloud-storage's multipart limit
     ],
 )
-def test_create_if_absent_is_refused_by_the_endpoint(gcs, how, size, upload_type):
+def test_create_if_absent_is_refused_by_the_endpoint(gcs, size, upload_type):
     # No fault injected: LocalGCS itself answers 412, as GCS does, on every upload path the
     # ObjectStore takes (media uploads, which it never sends, are covered in tests/testing).
-    name = f"absent-real/{how}-{size}"
+    name = f"absent-real/upload-{size}"
     first, second = object_bytes(size, seed=1), object_bytes(size, seed=2)
 
     def create(s, data):
-        if how == "upload":
-            return s.upload(BUCKET, name, data, if_generation_match=0)
-        with s.open_upload(BUCKET, name, chunk_bytes=256 << 10, if_generation_match=0) as out:
-            out.write(data)
+        return s.upload(BUCKET, name, data, if_generation_match=0)
 
     with FaultProxy(gcs.endpoint, []) as proxy:
         with ObjectStore(proxy.endpoint, retry=FAST_RETRY) as s:

@@ -1,7 +1,6 @@
 """Model specs, shipped configs, scaled/tiny variants and meta-device builds."""
 
 import json
-import socket
 
 import pytest
 import torch
@@ -99,21 +98,12 @@ def test_custom_config_from_a_json_file(tmp_path):
     assert len(decoder_layers(model)) == 3
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_custom_config_from_gcs(monkeypatch):
-    from gcp_storage_emulator.server import create_server
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
+    from gcsckpt.testing import LocalGCS
 
-    port = _free_port()
-    with create_server("127.0.0.1", port, in_memory=True):
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-        client = storage.Client(project="local", credentials=AnonymousCredentials())
+    with LocalGCS() as gcs:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.endpoint)
+        client = gcs.storage_client(project="local")
         bucket = client.create_bucket("configs")
         config = dict(config_dict("llama_3_1_8b:tiny"), num_hidden_layers=2)
         bucket.blob("llama_small/config.json").upload_from_string(json.dumps(config))

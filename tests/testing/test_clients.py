@@ -33,6 +33,31 @@ def test_google_cloud_storage_upload_list_download_delete(gcs):
     assert gcs.get("gcs-client", NAMES[1]) == payloads[NAMES[1]]
 
 
+def test_google_cloud_storage_compose_copy_rewrite_and_metadata(gcs):
+    client = gcs.storage_client()
+    bucket = client.create_bucket("gcs-compose")
+    parts = [np.random.default_rng(20 + i).bytes(1000 + i) for i in range(3)]
+    for i, data in enumerate(parts):
+        bucket.blob(f"part/{i}").upload_from_string(data)
+    whole = bucket.blob("whole")
+    whole.compose([bucket.blob(f"part/{i}") for i in range(3)])
+    assert whole.download_as_bytes() == b"".join(parts)
+    copy = bucket.copy_blob(whole, bucket, "dir/copy")
+    assert copy.download_as_bytes() == b"".join(parts)
+    token, done, total = bucket.blob("rewritten").rewrite(bucket.blob("part/1"))
+    assert (token, done, total) == (None, len(parts[1]), len(parts[1]))
+    assert bucket.blob("rewritten").download_as_bytes() == parts[1]
+    copy.metadata = {"step": "7"}
+    copy.patch()
+    again = bucket.get_blob("dir/copy")
+    assert again.metadata == {"step": "7"} and again.metageneration == 2
+    assert again.crc32c == whole.crc32c and again.generation > whole.generation
+    pages = client.list_blobs("gcs-compose", prefix="part/", page_size=2).pages
+    assert [[b.name for b in page] for page in pages] == [["part/0", "part/1"], ["part/2"]]
+    top = client.list_blobs("gcs-compose", delimiter="/")
+    assert [b.name for b in top] == ["rewritten", "whole"] and top.prefixes == {"dir/", "part/"}
+
+
 def test_gcsfs_write_read_list_ranges_remove(gcs):
     gcs.create_bucket("fs")
     fs = gcsfs_filesystem(gcs.endpoint)

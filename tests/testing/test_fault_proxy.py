@@ -162,6 +162,35 @@ def test_wrong_content_range(gcs, data):
         assert proxy.counts == {**_no_faults(), "wrong_content_range": 2}
 
 
+def test_ignore_range_ignore_generation_and_echoed_headers(gcs, data):
+    old = gcs.put("fp", "versioned", b"old bytes")
+    new = gcs.put("fp", "versioned", b"new bytes")
+    faults = [
+        Fault("ignore_range", count=1),
+        Fault("ignore_generation", count=1, object_name="versioned"),
+        Fault("status", status=500, count=1, echo_headers=True, media_only=False),
+    ]
+    with FaultProxy(gcs.endpoint, faults) as proxy:
+        conn = connect(proxy.endpoint)
+        status, _, body = fetch(conn, PATH, "bytes=100-199")
+        assert (status, body) == (200, data)  # the whole object
+        old_path = media_path("fp", "versioned") + f"&generation={old}"
+        status, headers, body = fetch(conn, old_path)  # asked old, got the live one
+        assert (status, headers["x-goog-generation"], body) == (200, str(new), b"new bytes")
+        conn.request("GET", "/storage/v1/b/fp/o", headers={"Authorization": "Bearer t0k"})
+        resp = conn.getresponse()
+        echoed = json.loads(resp.read())["error"]["message"]
+        assert resp.status == 500 and "Bearer t0k" in echoed and "credential t0k" in echoed
+        assert fetch(conn, old_path)[0] == 404  # each rule's one injection is spent
+        assert proxy.request_ranges == ["bytes=100-199", None, None, None]
+        assert proxy.counts == {
+            **_no_faults(),
+            "ignore_range": 1,
+            "ignore_generation": 1,
+            "status": 1,
+        }
+
+
 def test_first_matching_rule_wins_and_each_counts(gcs, data):
     faults = [Fault("status", status=503, count=2), Fault("short_body", nth=4, after_bytes=1)]
     with FaultProxy(gcs.endpoint, faults) as proxy:

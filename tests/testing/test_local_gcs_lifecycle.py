@@ -45,7 +45,7 @@ def test_stop_leaves_no_process_and_no_run_dir():
     with LocalGCS(latency_ms=5, stream_mbps=100) as gcs:
         pgids = {proc.pid for proc in gcs._procs}
         members = _group_members(pgids)
-        assert len(members) >= 3  # emulator + nginx master + at least one worker
+        assert len(members) >= 3  # server + nginx master + at least one worker
         run_dir = os.path.dirname(gcs.data_dir)
         assert os.path.isdir(run_dir)
         gcs.create_bucket("b")
@@ -108,8 +108,8 @@ def test_taken_port_is_named():
         port = taken.getsockname()[1]
         with pytest.raises(LocalGCSError, match=f"nginx port 127.0.0.1:{port} is already in use"):
             LocalGCS(port=port).start()
-        with pytest.raises(LocalGCSError, match=f"emulator port 127.0.0.1:{port}"):
-            LocalGCS(emulator_port=port).start()
+        with pytest.raises(LocalGCSError, match=f"server port 127.0.0.1:{port}"):
+            LocalGCS(server_port=port).start()
 
 
 def test_bad_options_are_rejected():
@@ -135,7 +135,7 @@ def test_persistent_data_dir_survives_restart(tmp_path):
         assert gcs.get("ckpt", "run/.metadata") == b"meta2"
         assert gcs.request_count() == 2
     assert gcs.request_count() == 2  # the log stays in log_dir after stop
-    for name in ("emulator.log", "nginx_error.log", "nginx_media_access.log"):
+    for name in ("server.log", "nginx_error.log", "nginx_media_access.log"):
         assert os.path.getsize(os.path.join(log_dir, name)) > 0
 
 

@@ -58,7 +58,7 @@ def test_odd_names_whole_and_ranged(gcs, odd_objects, prefix):
         assert (status, body) == (206, data[2000:])
 
 
-def test_odd_names_metadata_goes_to_emulator(gcs, odd_objects):
+def test_odd_names_metadata_goes_to_the_server(gcs, odd_objects):
     conn = connect(gcs.endpoint)
     for name, data in odd_objects.items():
         status, _, body = fetch(conn, f"/storage/v1/b/odd/o/{quote_object(name)}")
@@ -155,8 +155,7 @@ def test_request_count_counts_every_media_read_exactly(gcs, odd_objects):
 
 
 def test_empty_object_put_and_get(gcs):
-    # A 0-byte media upload crashes the emulator's handler (nginx answers 502); put() sends it
-    # as a multipart upload instead.
+    # A 0-byte media upload: nginx writes no body file, the server reads the empty body.
     gcs.create_bucket("empty")
     gcs.put("empty", "dir/nothing", b"")
     assert gcs.get("empty", "dir/nothing") == b""

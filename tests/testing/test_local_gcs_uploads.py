@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from http_util import connect, crc32c_b64, md5_b64
 
-from gcsckpt.io import ObjectStore
+from gcsckpt.io import ObjectStore, Uploader
 from gcsckpt.testing import LocalGCS, quote_object
 
 BUCKET = "uploads"
@@ -213,8 +213,8 @@ def test_every_client_round_trips(gcs, bucket):
     with fs.open(f"{BUCKET}/clients/gcsfs-large", "wb", block_size=5 << 20) as f:
         f.write(large)  # gcsfs: resumable above its block size
     store = ObjectStore(gcs.endpoint)
-    with store.open_upload(BUCKET, "clients/ours-large", chunk_bytes=4 * QUANTUM) as stream:
-        stream.write(large)
+    with Uploader(gcs.endpoint, chunk_bytes=4 * QUANTUM) as uploader:  # resumable chunks
+        uploader.upload(BUCKET, "clients/ours-large", large)
     for name, data in (
         ("clients/gcs-small", small),
         ("clients/gcs-large", large),
@@ -355,7 +355,7 @@ def test_a_forged_body_file_is_refused(gcs, bucket, tmp_path):
     secret.write_bytes(b"private")
     path = f"/upload/storage/v1/b/{BUCKET}/o?uploadType=media&name=forged"
     status, _, body = _request(
-        connect(gcs.emulator_endpoint), "POST", path, b"", {"X-Gcsckpt-Body-File": str(secret)}
+        connect(gcs.server_endpoint), "POST", path, b"", {"X-Gcsckpt-Body-File": str(secret)}
     )
     assert status == 400 and "not in" in json.loads(body)["error"]["message"]
     assert not ObjectStore(gcs.endpoint).exists(BUCKET, "forged")

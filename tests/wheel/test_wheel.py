@@ -103,7 +103,7 @@ def _module_imports(wheel, contents):
 
 
 def _is_sibling(name: str, module: str, contents) -> bool:
-    """`module` is a file shipped next to `name`: the local endpoint's emulator wrapper runs as a
+    """`module` is a file shipped next to `name`: the local endpoint's GCS server runs as a
     script and imports the modules of its own folder by their bare names."""
     folder = name.rsplit("/", 1)[0]
     return "." not in module and f"{folder}/{module}.py" in contents

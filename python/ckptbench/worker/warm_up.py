@@ -2,7 +2,7 @@
 lazy imports and first-call set-up they trigger (``torch._dynamo``, pulled in by meta-tensor
 ops; transformers' auto-model mapping; rotary init) happen in the forkserver, and every rank
 process forked from it starts with them done instead of paying them per job (figures:
-docs/design.md, "Where the time goes").
+docs/measurements.md, "Where a main-job run spends its time").
 Nothing is kept: the models are dropped (``meta`` tensors hold no storage).
 """
 

@@ -1,11 +1,11 @@
 """Keeping Python's cyclic garbage collector out of a checkpoint load's hot paths.
 
-A load allocates hundreds of thousands of long-lived objects (the unpickled `.metadata`: ~150k
-for the scaled-OLMoE checkpoint of docs/design.md "The bar") and then many short-lived ones
+A load allocates hundreds of thousands of long-lived objects (the unpickled `.metadata` of the
+scaled-OLMoE checkpoint of docs/design.md "The bar") and then many short-lived ones
 (ReadItems, plans, tensors).
 Each full collection walks every tracked object, so collections triggered while DCP builds and
-exchanges plans cost more than the work itself: unpickling that `.metadata` took 0.48 s with the
-collector on and 0.074 s with it off (measured here). The reader therefore pauses the collector
+exchanges plans cost more than the work itself (unpickling that `.metadata` several times over:
+docs/measurements.md, "Per-item costs on the load path"). The reader therefore pauses the collector
 while it unpickles and while it reads, and freezes the heap (`gc.freeze`: existing objects are
 skipped by later collections, still freed by reference counting) from the end of `read_metadata`
 to the end of `read_data`, which also shields DCP's own planning steps in between.

@@ -1,14 +1,14 @@
 """GCSLoadPlanner: torch's DefaultLoadPlanner with cheaper BYTE_IO items and compact plans.
 
 A training checkpoint saved with a flattened optimizer state dict holds one BYTE_IO item per
-parameter and param_group key (`param_groups.<FQN>.lr`, `.betas`, ...): 8,877 of 12,105 items per
-rank in the scaled-OLMoE case (docs/design.md "The bar"). Each is a `torch.save` archive of a
-float, tuple or bool, and `DefaultLoadPlanner.load_bytes` spends 40-180 us per item in
-`torch.load` (zip reader, unpickler set-up; measured here), up to a second of CPU per rank.
-torch writes `data.pkl` as the archive's first record, so this planner unpickles it straight
-from the first local header when it names no globals outside a few builtin containers and no
-tensor storages (~2 us). Anything else goes to `DefaultLoadPlanner.load_bytes` unchanged, so
-results equal the default planner's.
+parameter and param_group key (`param_groups.<FQN>.lr`, `.betas`, ...): most items per rank in
+the scaled-OLMoE case (docs/measurements.md, "Stock path"). Each is a `torch.save` archive of a
+float, tuple or bool, and `DefaultLoadPlanner.load_bytes` pays `torch.load`'s zip reader and
+unpickler set-up for each, up to a second of CPU per rank (docs/measurements.md, "Per-item costs
+on the load path"). torch writes `data.pkl` as the archive's first record, so this planner
+unpickles it straight from the first local header when it names no globals outside a few builtin
+containers and no tensor storages. Anything else goes to `DefaultLoadPlanner.load_bytes`
+unchanged, so results equal the default planner's.
 """
 
 from __future__ import annotations
@@ -60,12 +60,12 @@ class GCSLoadPlanner(DefaultLoadPlanner):
     Same results as `torch.distributed.checkpoint.DefaultLoadPlanner`; use it with any
     StorageReader: `dcp.load(sd, storage_reader=..., planner=GCSLoadPlanner())`.
 
-    - `load_bytes` decodes plain-Python BYTE_IO values in ~2 us instead of 40-180 us; values
+    - `load_bytes` decodes plain-Python BYTE_IO values without `torch.load`; values
       that are not plain builtins (tensors inside BYTE_IO, custom classes) take
       torch's `torch.load(weights_only=False)` path exactly as the default planner does.
     - compact_plans=True (default): the default global load plan changes nothing, yet DCP
-      pickles every rank's ReadItems to the coordinator and back (12,105 per rank, ~97k in all
-      for the 8-rank scaled-OLMoE case: seconds on 2 cores). This planner sends an empty item
+      pickles every rank's ReadItems to the coordinator and back (about twelve thousand per
+      rank in the 8-rank scaled-OLMoE case: seconds of CPU). This planner sends an empty item
       list instead and restores its own items in `finish_plan`. Turn it off when a StorageReader or
       a subclass must see or rewrite the items in `prepare_local_plan`/`prepare_global_plan`
       (GCSStorageReader and torch's FileSystemReader do not need to).

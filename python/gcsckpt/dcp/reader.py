@@ -2,32 +2,18 @@
 
 Reads the layout torch 2.13's FileSystemWriter/FsspecWriter writes (per-rank `.distcp` objects,
 a pickled `.metadata`), in either serialization format. This module holds the DCP calls only;
-the load itself is `gcsckpt.dcp.load`, step by step:
+the load itself is `gcsckpt.dcp.load`, one module per step:
 
-    read_metadata          one GET of `.metadata` (keeping its generation), restricted
-                           unpickler (metadata_codec)
-    prepare_local_plan     items sorted by (object, offset) (load.plan.sort_items)
-    prepare_global_plan    the coordinator lists the checkpoint prefix once and pins one
-                           generation per data object (load.generations), sent to each rank
-                           in its LoadPlan's storage_data
-    read_data              load.plan.plan_fetches -> load.plan.make_windows ->
-                           load.pipeline.run_windows -> load.decode.Decoder.consume;
-                           a failed range becomes a CheckpointReadError (load.errors)
+    read_metadata          one GET of `.metadata` (with its generation), restricted unpickler
+    prepare_local_plan     items sorted by (object, offset)
+    prepare_global_plan    one listing on the coordinator pins a generation per data object
+    read_data              plan -> extents checked -> windows -> range reader -> decode into
+                           the planner's tensors; then its connections are closed
 
-Every ReadItem becomes one byte range; all ranges of a memory window go to the C++ range reader at
-once (it joins neighbours closer than `coalesce_gap_bytes`, splits big ranges and keeps many GETs
-in flight with the GIL released), and while later ranges are in flight the finished ones are
-decoded, narrowed and copied into the planner's tensors. Contiguous items cost one GET per
-`chunk_bytes`; items scattered between other ranks' data (replicated scalars, which DCP's save
-spreads over every rank's object) cost one GET per run unless the gap setting reads through.
-
-One version per object per load: every GET of a data object in the whole load (header pre-read
-and every window) asks for the generation the coordinator's listing pinned, so a load never
-combines bytes of two versions; an object rewritten after `.metadata` was written, or replaced
-or deleted during the load, fails it with CheckpointReadError "object changed during load"
-naming the object and both generations. One LIST per load (on the coordinator; on each rank
-when ranks read their own `__{rank}.metadata`, or when a planner drops the plan's
-storage_data). What is guaranteed, and on which endpoints, is in `gcsckpt.dcp.load.generations`.
+Why: every ReadItem becomes one byte range and all ranges of a memory window go to the C++ range
+reader at once (joined across small gaps, split, many GETs in flight with the GIL released), so
+requests scale with objects and megabytes, not items; one generation per object per load
+(`gcsckpt.dcp.load.generations`), so a load never combines bytes of two versions.
 """
 
 from __future__ import annotations
@@ -50,6 +36,7 @@ from torch.futures import Future
 from gcsckpt.dcp.gc_control import HeapFreeze, collector_paused
 from gcsckpt.dcp.load.decode import Decoder
 from gcsckpt.dcp.load.errors import LoadErrors
+from gcsckpt.dcp.load.extents import check_extents
 from gcsckpt.dcp.load.generations import Pins, check_metadata_read, pin_generations
 from gcsckpt.dcp.load.pipeline import run_windows
 from gcsckpt.dcp.load.plan import make_windows, plan_fetches, sort_items
@@ -97,7 +84,9 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             by object, whose generations follow the copy's order; changes during the load are
             detected either way (see `gcsckpt.dcp.load.generations`).
 
-    After each load, `load_stats` (a LoadStats) holds this rank's counters.
+    After each load, `load_stats` (a LoadStats) holds this rank's counters. `read_data` closes
+    the range reader and the `.metadata`/listing client when it ends (their sockets and threads
+    do not wait for garbage collection); the next load opens new ones.
 
     Raises (from the DCP calls): ValueError for a bad checkpoint id or unsafe `.metadata`;
     FileNotFoundError if `.metadata` is missing; CheckpointReadError for any failed range,
@@ -228,7 +217,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         try:
             pins = self._pins({info.relative_path for info in self.storage_data.values()})
         except BaseException:
-            self._heap.thaw()  # read_data, which thaws it, will not run
+            self._heap.thaw()  # read_data, which thaws it and closes the clients, will not run
+            self._close_clients()
             raise
         return [
             plan
@@ -267,6 +257,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
                 fetch_plan = plan_fetches(
                     plan.items, self.metadata, planner.resolve_tensor, ranges, errors
                 )
+                check_extents(fetch_plan.fetches, pins.sizes, ranges, errors, self._size_of)
                 stats.tensor_items = fetch_plan.tensor_items
                 stats.bytes_items = fetch_plan.bytes_items
                 stats.direct_items = fetch_plan.direct_items
@@ -283,6 +274,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             stats.requests += after["requests"] - before["requests"]
             stats.bytes_fetched += after["bytes_received"] - before["bytes_received"]
             stats.retries += after["retries"] - before["retries"]
+            self._close_clients()
             stats.total_s = time.perf_counter() - start
         future: Future[None] = Future()
         future.set_result(None)
@@ -326,8 +318,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             listing = self._object_store().list_objects(location.bucket, prefix, delimiter="/")
         except (OSError, ValueError) as e:
             warnings.warn(
-                f"rank {self.rank}: cannot list {location.url()} ({e}); loading without one "
-                "generation per object for the whole load",
+                f"rank {self.rank}: cannot list {location.url()} ({e}); each object is read at "
+                "the generation its first read names, and its size is checked by a 1-byte GET",
                 stacklevel=3,
             )
             return Pins(None, {})
@@ -342,7 +334,23 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             check_commit_order=self.check_commit_order,
         )
 
+    def _size_of(self, path: str) -> int | None:
+        """The size (bytes) of data object `path` (one metadata GET), None if unknown."""
+        location = self._location()
+        try:
+            return self._object_store().size(location.bucket, location.object_name(path))
+        except (OSError, ValueError):
+            return None
+
     def _reader(self) -> RangeReader:
         if self._range_reader is None:
             self._range_reader = RangeReader(self.endpoint, **self._reader_options)
         return self._range_reader
+
+    def _close_clients(self) -> None:
+        """Closes the range reader and the ObjectStore (made again on next use)."""
+        reader, self._range_reader = self._range_reader, None
+        if reader is not None:
+            reader.close()
+        if self._store is not None:
+            self._store.close()

@@ -2,12 +2,12 @@
 
 DCP's TORCH_SAVE items are each a `torch.save(tensor)` zip archive: `data.pkl` (a small pickle that
 rebuilds one tensor from one storage), `byteorder`, `data/<key>` (the raw storage bytes, stored
-uncompressed and 64-byte aligned) and a few version records. `torch.load` on such an archive costs
-~100-180 us (measured here, torch 2.13, 1 KiB tensor), which dominates a load of ~3,000 tensor items
-per rank. The fast path reads the zip central directory with `struct`, unpickles `data.pkl` with an
-allow-list of exactly the four globals a plain tensor needs, and returns a view of the storage bytes
-in place. Anything unexpected (other globals, big-endian, compression) falls back to
-`torch.load(..., weights_only=True)`, so the fast path never admits more than torch would.
+uncompressed and 64-byte aligned) and a few version records. `torch.load` of each such archive
+dominates a load of thousands of small tensor items per rank (docs/measurements.md, "Per-item
+costs on the load path"). The fast path reads the zip central directory with `struct`, unpickles
+`data.pkl` with an allow-list of exactly the four globals a plain tensor needs, and returns a view
+of the storage bytes in place. Anything unexpected (other globals, big-endian, compression) falls
+back to `torch.load(..., weights_only=True)`, so the fast path never admits more than torch would.
 Zip layout: PKWARE APPNOTE.TXT 6.3 (sections 4.3.7, 4.3.12, 4.3.14-16, 4.5.3).
 """
 

@@ -1,44 +1,28 @@
 """GCSStorageWriter: a DCP StorageWriter that saves to `gs://bucket/prefix`.
 
-It is torch 2.13's FileSystemWriter (`_FileSystemWriter`) with GCS objects for files: torch splits
-the items into objects (`_split_by_size_and_type`), serializes each (`_write_item`: BYTE_IO
-bytes, `torch.save` archives or one safetensors blob, through the write-side stream transforms
-given as `_extensions`, e.g. torch's ZStandard) and records `_StorageInfo(relative_path, offset,
-length, transform_descriptors)`; so stock FileSystemReader/FsspecReader and GCSStorageReader read
-what it writes in the default TORCH_SAVE format (a SAFETENSORS save loads with GCSStorageReader;
-torch 2.13's own FileSystemReader refuses its blobs, also when torch's FileSystemWriter wrote
-them). Ours: the data objects go through `gcsckpt.dcp.upload_pipeline` (torch's
-serializer in one thread into segmented streams: tensor storage is sent in place, the rest is
-copied into staging segments bounded by `staging_bytes`; each finished object uploaded by the
-C++ `gcsckpt.io.Uploader` as a list of spans, many resumable uploads in flight, each checked by
-CRC-32C, size and generation; a rank's items are split into objects of about `object_bytes`),
-the first failure fails the save (torch's threads lose a failing thread's results), and the
-commit: `.metadata` through `ObjectStore` (google-cloud-storage).
+It is torch's FileSystemWriter (`_FileSystemWriter`: torch's split of items into objects, its
+serializer, its `_StorageInfo` records) with GCS objects for files, so stock readers load what
+it writes in the default TORCH_SAVE format (SAFETENSORS saves load with GCSStorageReader; torch's
+own FileSystemReader refuses those blobs). Ours: the data objects go through
+`gcsckpt.dcp.upload_pipeline` (tensor storage sent in place, many uploads in flight through the
+C++ `gcsckpt.io.Uploader`), the first failure fails the save, and the commit (`gcsckpt.dcp.commit`).
 
-A save never touches another save's bytes: its data objects are named
-`__{rank}_{save}_{i}.distcp`, `save` being 16 hex digits of the coordinator's save_id (`.metadata`
-records these relative paths, so stock readers load it). Only the save that commits `.metadata`
-is the checkpoint: `finish()` uploads it last, by the coordinator, after every rank's objects are
-complete, so an interrupted save never looks like a checkpoint. With overwrite=False the commit
-is a create-if-absent (`ifGenerationMatch=0`): of two racing saves exactly one wins, the other
-raises `CheckpointExistsError`. A refused or failed save deletes the objects it wrote (best
-effort; the error says what was deleted; objects of ranks whose part succeeded while another
-rank failed stay behind, unreferenced; when a failed `.metadata` upload may have landed and
-reading it back fails too, the objects are kept, since that `.metadata` may name them).
-overwrite=True replaces `.metadata` (at the generation it
-read) and then deletes the objects the replaced `.metadata` named.
+A save never touches another save's bytes: its objects are named `__{rank}_{save}_{i}.distcp`
+(`save`: 16 hex digits of the save_id). Only the save that commits `.metadata` is the
+checkpoint: `finish()` uploads it last, through `ObjectStore.upload` with a precondition
+(create-if-absent when overwrite=False: of two racing saves one wins, the other raises
+`CheckpointExistsError`; at the generation read when overwriting). A refused or failed save
+deletes its objects (best effort), unless its `.metadata` may have landed; objects of ranks
+that finished while another rank failed stay behind, unreferenced.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
 import math
 import os
 import uuid
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -56,32 +40,35 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from gcsckpt.dcp.metadata_codec import dump_metadata, load_metadata
-from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
+from gcsckpt.dcp.commit import CheckpointExistsError, SaveObjects
+from gcsckpt.dcp.metadata_codec import dump_metadata
+from gcsckpt.dcp.paths import (
+    METADATA_NAME,
+    CheckpointLocation,
+    GCSCheckpointId,
+    parse_checkpoint_id,
+)
 from gcsckpt.dcp.upload_pipeline import SaveStats, UploadPipeline, estimate_bytes
 from gcsckpt.io import defaults
-from gcsckpt.io.objects import ObjectStore, ObjectStoreError, store_options
+from gcsckpt.io.objects import ObjectStore, store_options
 from gcsckpt.io.retry import RetryPolicy
-from gcsckpt.io.uploader import Uploader, UploadResult
-
-METADATA_NAME = ".metadata"
-# Tries to replace `.metadata` when overwriting while other saves keep replacing it.
-_COMMIT_TRIES = 5
+from gcsckpt.io.uploader import Uploader, UploadResult, check_chunk_bytes
 
 
 class GCSObjectFiles:
     """The file operations torch's `_FileSystemWriter` asks of its `fs`, on GCS objects.
 
     Paths are `gs://bucket/prefix[/name]` URLs. GCS has no folders, so `mkdir` does nothing.
+    Objects are written by the writer itself (data through the uploader, `.metadata` through
+    `ObjectStore.upload`), never through a stream of this class.
 
     Args:
         store: returns the writer's ObjectStore (made on first use: a writer is built before
-            DCP says which rank it serves). chunk_bytes: resumable chunk for `create_stream`.
+            DCP says which rank it serves).
     """
 
-    def __init__(self, store: Callable[[], ObjectStore], chunk_bytes: int) -> None:
+    def __init__(self, store: Callable[[], ObjectStore]) -> None:
         self._store = store
-        self.chunk_bytes = chunk_bytes
 
     @property
     def store(self) -> ObjectStore:
@@ -108,21 +95,6 @@ class GCSObjectFiles:
         """Deletes the object at `path` (missing is fine)."""
         loc = parse_checkpoint_id(path)
         self.store.delete(loc.bucket, loc.prefix)
-
-    @contextlib.contextmanager
-    def create_stream(self, path: str | os.PathLike, mode: str) -> Iterator[io.IOBase]:
-        """ "wb": an upload stream that becomes the object on a clean exit and is discarded on an
-        exception; "rb": the whole object in memory."""
-        loc = parse_checkpoint_id(path)
-        if mode == "wb":
-            with self.store.open_upload(
-                loc.bucket, loc.prefix, chunk_bytes=self.chunk_bytes
-            ) as stream:
-                yield stream
-        elif mode == "rb":
-            yield io.BytesIO(self.store.download(loc.bucket, loc.prefix))
-        else:
-            raise ValueError(f"{loc.url()}: mode {mode!r} is neither 'wb' nor 'rb'")
 
 
 class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
@@ -202,10 +174,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         ):
             if int(value) != value or value < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if chunk_bytes < 1 or chunk_bytes % (256 << 10):
-            raise ValueError(
-                f"chunk_bytes must be a positive multiple of 256 KiB (262144), got {chunk_bytes!r}"
-            )
+        check_chunk_bytes(chunk_bytes)
         serialization_format = SerializationFormat(serialization_format)
         if _extensions and serialization_format == SerializationFormat.SAFETENSORS:
             # torch writes the safetensors blob untransformed yet records the transforms on
@@ -238,7 +207,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         self._uploader: Uploader | None = None
         self.uploads: list[UploadResult] = []  # this rank's data objects of the last save
         self.save_stats = SaveStats()  # and what they were made of
-        self.fs = GCSObjectFiles(self._object_store, chunk_bytes)
+        self.fs = GCSObjectFiles(self._object_store)
         self.location: CheckpointLocation | None = None
         self.path = ""
         if checkpoint_id is not None:
@@ -302,7 +271,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         try:
             return self._write_data(planner, objects)
         except BaseException as exc:
-            exc.add_note(self._discard([name for name, _ in objects]))
+            exc.add_note(self._objects().discard([name for name, _ in objects]))
             raise
 
     def _groups(self, items: list) -> list[list]:
@@ -346,35 +315,14 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         metadata.storage_data = {r.index: r.storage_data for rs in results for r in rs}
         metadata.storage_meta = self.storage_meta()
         ours = sorted({r.storage_data.relative_path for rs in results for r in rs})
-        loc = self._loc()
         name = self._metadata_name(rank_zero=False)
-        body = dump_metadata(metadata)
-        store = self._object_store()
-        try:
-            if self.overwrite:
-                replaced = self._replace_metadata(loc.object_name(name), body)
-            else:
-                store.upload(loc.bucket, loc.object_name(name), body, if_generation_match=0)
-                replaced = []
-        except FileExistsError:
-            raise CheckpointExistsError(
-                f"Checkpoint already exists and overwrite=False: {loc.url(name)} was committed "
-                f"by another save while this one (save_id {self.save_id}) ran; "
-                + self._discard(ours)
-            ) from None
-        except BaseException as exc:
-            landed = self._landed(loc.object_name(name), body)
-            if landed is False:
-                exc.add_note(self._discard(ours))
-            elif landed is None:
-                # The upload may have committed: deleting the objects could leave a
-                # `.metadata` that names deleted objects.
-                exc.add_note(
-                    f"could not tell whether {loc.url(name)} landed, so this save's "
-                    f"{len(ours)} object(s) were kept"
-                )
-            raise
-        self._delete_stale([path for path in replaced if path not in set(ours)])
+        self._objects().commit(
+            name,
+            dump_metadata(metadata),
+            overwrite=self.overwrite,
+            ours=ours,
+            save_id=self.save_id,
+        )
 
     # -- plumbing ------------------------------------------------------------------------------
     def _set_location(self, checkpoint_id: str | os.PathLike) -> None:
@@ -412,88 +360,11 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             )
         return self._uploader
 
+    def _objects(self) -> SaveObjects:
+        return SaveObjects(self._object_store(), self._loc())
+
     def _save_tag(self) -> str:
         return uuid.UUID(self.save_id).hex[:16]
-
-    def _replace_metadata(self, object_name: str, body: bytes) -> list[str]:
-        """Uploads `body` over `.metadata` at the generation just read; returns the relative
-        paths the replaced `.metadata` named ([] if none, or if it cannot be decoded)."""
-        loc, store = self._loc(), self._object_store()
-        for _ in range(_COMMIT_TRIES):
-            info = store.stat(loc.bucket, object_name)
-            previous: list[str] = []
-            if info is not None:
-                where = f"gs://{loc.bucket}/{object_name}"
-                try:
-                    old = store.read(loc.bucket, object_name, generation=info.generation)
-                    previous = sorted(
-                        {
-                            i.relative_path
-                            for i in load_metadata(old.data, source=where).storage_data.values()
-                        }
-                    )
-                except FileNotFoundError:
-                    continue  # replaced or deleted meanwhile: look again
-                except ValueError as e:  # undecodable (UnsafeMetadataError is one)
-                    warnings.warn(
-                        f"overwrite: cannot list the previous checkpoint's objects ({e}); they "
-                        "are kept",
-                        stacklevel=3,
-                    )
-            precondition = 0 if info is None else info.generation
-            try:
-                store.upload(loc.bucket, object_name, body, if_generation_match=precondition)
-            except FileExistsError:
-                # A retry after a lost answer meets the `.metadata` our first attempt wrote;
-                # else another save committed between our read and our upload.
-                if self._landed(object_name, body):
-                    return previous
-                continue
-            return previous
-        raise ObjectStoreError(
-            f"overwrite of gs://{loc.bucket}/{object_name}: other saves replaced it "
-            f"{_COMMIT_TRIES} times while this one tried"
-        )
-
-    def _landed(self, object_name: str, body: bytes) -> bool | None:
-        """True if `.metadata` holds `body` (a failed upload may have landed after all), False
-        if it does not or is absent, None if that cannot be told (the read failed too)."""
-        try:
-            return self._object_store().download(self._loc().bucket, object_name) == body
-        except FileNotFoundError:
-            return False
-        except (OSError, ValueError):
-            return None
-
-    def _delete(self, relative_paths: list[str]) -> list[str]:
-        """Deletes objects below the checkpoint, best effort; returns the failures."""
-        loc, failed = self._loc(), []
-        for path in relative_paths:
-            try:
-                self._object_store().delete(loc.bucket, loc.object_name(path))
-            except OSError as e:
-                failed.append(f"{loc.url(path)} ({e})")
-        return failed
-
-    def _discard(self, relative_paths: list[str]) -> str:
-        """Deletes this save's objects, best effort; says what happened (for the error)."""
-        failed = self._delete(relative_paths)
-        if not failed:
-            return f"deleted this save's objects ({len(relative_paths)} name(s), best effort)"
-        return (
-            f"deleted {len(relative_paths) - len(failed)} of this save's {len(relative_paths)} "
-            f"object name(s); could not delete: {'; '.join(failed)}"
-        )
-
-    def _delete_stale(self, relative_paths: list[str]) -> None:
-        """Deletes the replaced checkpoint's objects; warns about any left behind."""
-        failed = self._delete(relative_paths)
-        if failed:
-            warnings.warn(
-                f"overwrite: {len(failed)} object(s) of the previous checkpoint were not "
-                f"deleted: {'; '.join(failed)}",
-                stacklevel=3,
-            )
 
     def _metadata_name(self, *, rank_zero: bool) -> str:
         if self.use_collectives or self.rank is None:
@@ -511,11 +382,3 @@ class _ContiguousTensors:
     def resolve_data(self, item):
         data = self._planner.resolve_data(item)
         return data.contiguous() if isinstance(data, torch.Tensor) else data
-
-
-class CheckpointExistsError(RuntimeError, FileExistsError):
-    """A save was refused because the checkpoint exists and overwrite=False.
-
-    A RuntimeError with torch's wording ("Checkpoint already exists", as FileSystemWriter
-    raises it) and a FileExistsError naming the `.metadata` object.
-    """

@@ -6,8 +6,8 @@ checking every answer; ``Uploader`` (``gcsckpt.io.uploader``) writes objects fro
 the same way, many resumable uploads in flight, each checked by CRC-32C. See ``RangeReader``
 for the behaviour and ``gcsckpt.io.defaults`` for how the default tuning was measured.
 ``ObjectStore`` (``gcsckpt.io.objects``, on google-cloud-storage) does the rest: whole small
-objects (``.metadata``), create-if-absent, stat, list, delete and streamed uploads. All retry
-under one ``RetryPolicy``.
+objects (``.metadata``), create-if-absent uploads, stat, list and delete. All retry under one
+``RetryPolicy``.
 """
 
 from gcsckpt.io.auth import GoogleAuthTokenProvider, default_token_provider
@@ -20,7 +20,7 @@ from gcsckpt.io.errors import (
     UploadError,
     UploadPreconditionError,
 )
-from gcsckpt.io.objects import ObjectInfo, ObjectStore, ObjectStoreError, StoredObject, UploadStream
+from gcsckpt.io.objects import ObjectInfo, ObjectStore, ObjectStoreError, StoredObject
 from gcsckpt.io.reader import RangeReader, ReadHandle
 from gcsckpt.io.records import RangeRequest
 from gcsckpt.io.retry import RetryPolicy
@@ -44,7 +44,6 @@ __all__ = [
     "UploadHandle",
     "UploadPreconditionError",
     "UploadResult",
-    "UploadStream",
     "Uploader",
     "crc32c",
     "default_token_provider",

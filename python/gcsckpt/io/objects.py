@@ -1,48 +1,31 @@
-"""The control-plane and upload client: every GCS request of the package but ranged reads.
+"""The control-plane client: every GCS request of the package but ranged reads and data uploads.
 
-``ObjectStore`` reads whole small objects (``.metadata``, with their generation), creates objects
-only if absent (``ifGenerationMatch=0``), stats, lists and deletes them, and uploads: one request
-for an object up to ``chunk_bytes``, a streamed resumable upload (bounded memory) above. Ranged
-reads of big objects go through the C++ engine (``gcsckpt.io.RangeReader``); everything else goes
-through here, on google-cloud-storage (api_endpoint = the resolved endpoint; anonymous against an
-emulator, ``gcsckpt.io.auth`` tokens against GCS) with a keep-alive connection pool shared by
-threads. Every request runs under the one ``RetryPolicy`` (``gcsckpt.io.retry.api_core_retry``):
-408, 429, 5xx (500, 502, 503, 504) and connection errors are retried with full-jitter backoff,
-``max_attempts`` per request and ``deadline_s``; ``(connect_timeout_s, stall_timeout_s)`` bound
-each attempt.
-
-Upload speed through LocalGCS (gcp-storage-emulator, single-threaded, behind nginx) on the shared
-2-core machine, this client against the hand-written `requests` JSON-API client it replaced, in
-interleaved rounds (3 each, fresh bucket per measurement, medians; 8 x 16 MiB objects streamed
-in 1 MiB writes, and 64 x 64 KiB objects; 1 / 4 threads):
-
-- load average ~14: 16 MiB objects 42 / 54 MB/s (requests: 38 / 50); 64 KiB objects 25 / 31 ms
-  each (requests: 28 / 24);
-- load average 30-50: 16 / 26 MB/s (requests: 23 / 27); 75 / 61 ms each (requests: 67 / 51).
-
-Big objects: within the machine's noise. Small objects: 0.9-1.3x the old client's time (a
-multipart upload, where the old client sent a bare media upload). The emulator's single thread
-bounds both; against GCS both are bound by the network.
+``ObjectStore`` reads whole small objects (``.metadata``, with their generation), stats, lists
+and deletes them, and uploads small ones under a precondition (create-if-absent,
+``ifGenerationMatch=0``, or replace-at-generation), telling a retry whose earlier attempt
+landed from another writer's object. Ranged reads go through the C++ engine
+(``gcsckpt.io.RangeReader``), data objects through ``gcsckpt.io.Uploader``; the rest through
+google-cloud-storage (anonymous against an emulator, ``gcsckpt.io.auth`` tokens against GCS),
+on a keep-alive connection pool shared by threads. Every request runs under the one
+``RetryPolicy`` (``gcsckpt.io.retry.api_core_retry``) with ``(connect_timeout_s,
+stall_timeout_s)`` per attempt. Its upload speed against the client it replaced:
+docs/measurements.md, "The control-plane client".
 """
 
 from __future__ import annotations
 
 import inspect
 import io
-import json
 import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
 from gcsckpt.io.auth import READ_WRITE_SCOPE, GoogleAuthTokenProvider, token_provider_credentials
 from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
-from gcsckpt.io.errors import after_attempts
 from gcsckpt.io.reader import RangeReader
-from gcsckpt.io.redact import redact
-from gcsckpt.io.retry import ATTEMPTS_ATTR, RetryPolicy, api_core_retry
+from gcsckpt.io.retry import RetryPolicy, api_core_retry
+from gcsckpt.io.store_errors import ObjectStoreError, gcs_error_shape, store_error
 
-_CHUNK_QUANTUM = 256 * 1024  # resumable chunks are multiples of 256 KiB (GCS's rule)
-_SNIPPET_CHARS = 200  # of a server's error text kept in messages
 # No project is needed for object calls; google-cloud-storage's anonymous client uses the same.
 _NO_PROJECT = "<none>"
 
@@ -51,11 +34,6 @@ def _reader_default(name: str) -> float:
     # The connect and stall timeouts are the range reader's, so both halves of the transport
     # give up on a dead endpoint alike.
     return float(inspect.signature(RangeReader.__init__).parameters[name].default)
-
-
-class ObjectStoreError(IOError):
-    """A GCS request failed for good; the message names method, gs:// URL, status (or the
-    connection error), the attempts made and a short, token-free server message."""
 
 
 class ObjectInfo(NamedTuple):
@@ -84,51 +62,6 @@ def store_options(retry: RetryPolicy | None = None, stall_timeout_s: float | Non
     if stall_timeout_s is not None:
         options["stall_timeout_s"] = stall_timeout_s
     return options
-
-
-def _server_message(exc: BaseException) -> str:
-    """The server's own error text: the JSON API's `error.message`, else the body, else the
-    library's message."""
-    text = getattr(getattr(exc, "response", None), "text", None)
-    if not text:
-        return str(getattr(exc, "message", None) or exc)
-    try:
-        return str(json.loads(text)["error"]["message"])
-    except (ValueError, KeyError, TypeError):
-        return text
-
-
-def _status(exc: BaseException) -> int | None:
-    """The HTTP status of an api_core error or a media `InvalidResponse`, else None."""
-    code = getattr(exc, "code", None)
-    if isinstance(code, int):
-        return code
-    status = getattr(getattr(exc, "response", None), "status_code", None)
-    return status if isinstance(status, int) else None
-
-
-def _cause(exc: BaseException) -> str:
-    """Status and a short server message (api_core errors, media InvalidResponse), else the
-    connection error's type and text; never a bearer token."""
-    status = _status(exc)
-    if status is not None:
-        cause = f"HTTP {status} {redact(_server_message(exc))[:_SNIPPET_CHARS]!r}"
-    else:
-        cause = f"{type(exc).__name__}: {redact(str(exc))[:_SNIPPET_CHARS]}"
-    notes = getattr(exc, "__notes__", None)
-    return cause + "".join(f" ({note})" for note in notes or ())
-
-
-def _attempts(exc: BaseException) -> int:
-    """Attempts the retry made, from `exc` or the error it was raised from (google-cloud-storage
-    re-raises media errors as api_core errors after the retry gave up)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        attempts = getattr(seen, ATTEMPTS_ATTR, None)
-        if attempts:
-            return attempts
-        seen = seen.__cause__ or seen.__context__
-    return 1
 
 
 def _generation(value) -> int | None:
@@ -208,6 +141,7 @@ class ObjectStore:
             provider = self._token_provider or GoogleAuthTokenProvider(scope=READ_WRITE_SCOPE)
             credentials = token_provider_credentials(provider)
         session = self._session = AuthorizedSession(credentials)
+        session.hooks["response"].append(gcs_error_shape)  # error bodies of any shape
         # Retries belong to the RetryPolicy, not to urllib3; one pool per scheme.
         adapter = HTTPAdapter(pool_connections=2, pool_maxsize=self._pool_size, max_retries=0)
         session.mount("http://", adapter)
@@ -234,18 +168,7 @@ class ObjectStore:
         except (FileNotFoundError, FileExistsError, ObjectStoreError):
             raise
         except Exception as exc:  # api_core, media, requests and google-auth errors alike
-            status = _status(exc)
-            if status == 404:
-                raise FileNotFoundError(f"{what}: not found (HTTP 404)") from None
-            if status == 412:
-                refused = FileExistsError(
-                    f"{what}: precondition failed (HTTP 412), the object exists"
-                )
-                refused.attempts = _attempts(exc)
-                raise refused from None
-            raise ObjectStoreError(
-                f"{method} {what} failed {after_attempts(_attempts(exc))}: {_cause(exc)}"
-            ) from None
+            raise store_error(method, what, exc) from None
 
     def _options(self) -> dict:
         return {"retry": self._retry, "timeout": self.timeout_s}
@@ -362,161 +285,97 @@ class ObjectStore:
         """Uploads `data` (bytes-like) as one object: one multipart request up to 8 MiB
         (google-cloud-storage's limit), a resumable upload in one PUT above.
 
+        With a precondition this is the package's one upload-if-absent: a retry whose earlier
+        attempt landed (its answer lost) meets the precondition's refusal, or the upload fails
+        for good after landing; in both cases the object is read back (`landed`) and, when it
+        holds `data` at a new generation, the upload has succeeded.
+
         Args:
-            if_generation_match: 0 makes the upload fail if the object already exists (GCS's
-                create-if-absent); another value, unless the object has that generation.
+            if_generation_match: 0: only if the object is absent (GCS's create-if-absent);
+                G > 0: only over generation G; None: unconditionally.
 
         Returns:
             the new object's generation (None if the endpoint reports none).
 
         Raises:
-            FileExistsError: precondition failed. ObjectStoreError: other failures.
+            FileExistsError: the precondition refused the upload and the object is another
+                writer's. ObjectStoreError: any other failure (with a precondition, its
+                ``landed`` says whether the object holds `data`: False, or None if unknown).
         """
         body = data if isinstance(data, bytes) else bytes(data)
-        blob = self._blob(bucket, name)
         what = f"gs://{bucket}/{name}"
         try:
-            self._call(
-                "POST",
-                what,
-                lambda: blob.upload_from_file(
-                    io.BytesIO(body),
-                    size=len(body),
-                    rewind=True,
-                    content_type="application/octet-stream",
-                    if_generation_match=if_generation_match,
-                    **self._options(),
-                ),
-            )
+            return self._put(bucket, name, body, if_generation_match)
         except FileExistsError as refused:
-            # A retry after a lost answer meets the object its first attempt created.
-            if if_generation_match != 0 or getattr(refused, "attempts", 1) == 1:
+            if if_generation_match is None or getattr(refused, "attempts", 1) == 1:
+                raise  # the first attempt was refused: nothing of this call landed
+            landed, generation = self._read_back(bucket, name, body, if_generation_match)
+            if landed:
+                return generation
+            if landed is False:
                 raise
-            landed = self.read(bucket, name)
-            if landed.data != body:
+            unknown = ObjectStoreError(
+                f"POST {what}: a retry was refused (HTTP 412) and reading the object back "
+                "failed, so whether an earlier attempt landed is unknown"
+            )
+            unknown.landed = None
+            raise unknown from None
+        except ObjectStoreError as failed:
+            if if_generation_match is None:
                 raise
-            if landed.generation is None:  # the endpoint's media reads carry no generation
-                info = self.stat(bucket, name)
-                return None if info is None else info.generation
-            return landed.generation
-        return _generation(blob.generation)
+            landed, generation = self._read_back(bucket, name, body, if_generation_match)
+            if landed:
+                return generation  # every answer was lost, but the upload landed
+            failed.landed = landed
+            raise
 
-    def open_upload(
-        self,
-        bucket: str,
-        name: str,
-        *,
-        chunk_bytes: int = 16 << 20,
-        if_generation_match: int | None = None,
-    ) -> UploadStream:
-        """A write-only stream that becomes object `name` on `close()` (atomic: nothing is
-        visible before then); `abort()` or an exception inside `with` discards it.
+    def landed(
+        self, bucket: str, name: str, data, *, if_generation_match: int | None = None
+    ) -> bool | None:
+        """Whether an upload of `data` that failed (or whose answer was lost) landed after all.
 
         Args:
-            chunk_bytes: resumable chunk size (rounded up to 256 KiB), and the most the stream
-                buffers; an object that fits in one chunk goes up as one `upload` at `close()`.
-            if_generation_match: as for `upload`.
+            if_generation_match: the upload's precondition; an object still at that generation
+                is the one it meant to replace, not its own.
+
+        Returns:
+            True if the object holds `data` (at a generation other than `if_generation_match`);
+            False if it is absent or holds other bytes; None if that cannot be told (the
+            read failed too).
         """
-        return UploadStream(self, bucket, name, chunk_bytes, if_generation_match)
+        body = data if isinstance(data, bytes) else bytes(data)
+        return self._read_back(bucket, name, body, if_generation_match)[0]
 
-
-class UploadStream(io.RawIOBase):
-    """Write-only stream for one object; see `ObjectStore.open_upload`."""
-
-    def __init__(
-        self,
-        store: ObjectStore,
-        bucket: str,
-        name: str,
-        chunk_bytes: int,
-        if_generation_match: int | None,
-    ) -> None:
-        super().__init__()
-        self._store, self._bucket, self._name = store, bucket, name
-        self._what = f"gs://{bucket}/{name}"
-        self._chunk = max(_CHUNK_QUANTUM, -(-chunk_bytes // _CHUNK_QUANTUM) * _CHUNK_QUANTUM)
-        self._precondition = if_generation_match
-        self._buffer = bytearray()
-        self._writer = None  # google-cloud-storage BlobWriter, once the object outgrows a chunk
-        self._written = 0
-        self._finished = False
-
-    def writable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._written
-
-    def write(self, data) -> int:
-        if self._finished:
-            raise ValueError(f"{self._what}: write after close")
-        view = memoryview(data).cast("B")
-        if self._writer is None:
-            self._buffer += view
-            if len(self._buffer) > self._chunk:
-                self._start_resumable()
-        else:
-            self._store._call("PUT", self._what, lambda: self._writer.write(view))
-        self._written += len(view)
-        return len(view)
-
-    def _start_resumable(self) -> None:
-        blob = self._store._blob(self._bucket, self._name)
-        self._writer = blob.open(
-            "wb",
-            chunk_size=self._chunk,
-            ignore_flush=True,
-            content_type="application/octet-stream",
-            if_generation_match=self._precondition,
-            **self._store._options(),
+    def _put(self, bucket: str, name: str, body: bytes, if_generation_match: int | None):
+        blob = self._blob(bucket, name)
+        self._call(
+            "POST",
+            f"gs://{bucket}/{name}",
+            lambda: blob.upload_from_file(
+                io.BytesIO(body),
+                size=len(body),
+                rewind=True,
+                content_type="application/octet-stream",
+                if_generation_match=if_generation_match,
+                **self._options(),
+            ),
         )
-        buffered, self._buffer = self._buffer, bytearray()
-        self._store._call("PUT", self._what, lambda: self._writer.write(buffered))
+        return _generation(blob.generation)
 
-    def _finish_resumable(self) -> None:
+    def _read_back(
+        self, bucket: str, name: str, body: bytes, replaced: int | None
+    ) -> tuple[bool | None, int | None]:
+        """(`landed`'s answer, the object's generation when it is ours)."""
         try:
-            self._store._call("PUT", self._what, self._writer.close)
+            stored = self.read(bucket, name)
+            generation = stored.generation
+            if stored.data == body and generation is None:  # media reads carry none here
+                info = self.stat(bucket, name)
+                generation = None if info is None else info.generation
         except FileNotFoundError:
-            # The last chunk landed but its answer was lost, and the endpoint forgot the finished
-            # session (GCS answers the retry with the object): the object tells whether it did.
-            info = self._store.stat(self._bucket, self._name)
-            if info is None or info.size != self._written:
-                raise
-
-    def close(self) -> None:
-        """Commits the object (the one point where it becomes visible)."""
-        if self._finished or self.closed:
-            return
-        self._finished = True
-        try:
-            if self._writer is None:
-                self._store.upload(
-                    self._bucket, self._name, self._buffer, if_generation_match=self._precondition
-                )
-            else:
-                self._finish_resumable()
-        except BaseException:
-            self.abort()
-            raise
-        finally:
-            self._buffer = bytearray()
-            super().close()
-
-    def abort(self) -> None:
-        """Discards the upload; the object is not created (or keeps its previous content)."""
-        self._finished = True
-        self._buffer = bytearray()
-        writer, self._writer = self._writer, None
-        if writer is not None and not writer.closed:
-            try:
-                writer.terminate()  # cancels the resumable session
-            except Exception:
-                pass  # best effort: an abandoned session expires on its own (GCS: one week)
-        if not self.closed:
-            super().close()
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            self.abort()
-        else:
-            self.close()
+            return False, None
+        except (OSError, ValueError):  # ObjectStoreError is an OSError
+            return None, None
+        if stored.data != body or (replaced and generation == replaced):
+            return False, None
+        return True, generation

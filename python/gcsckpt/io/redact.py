@@ -13,11 +13,12 @@ from collections.abc import Iterable
 
 REDACTED = "<redacted>"
 
-# "Bearer <token>" in any case (header echoes; the token ends before a quote, comma or
-# semicolon, so a quoted JSON or header echo keeps its shape), and Google OAuth2 access tokens
-# ("ya29....") wherever they stand.
+# "Bearer <token>" in any case (header echoes), the token being its run of RFC 6750 token
+# characters, as the C++ engine's RedactCredentials reads it (cc/gcsio/response_check.cc): the
+# text after it (a quote, a comma, the rest of the echoed body) is kept. And Google OAuth2
+# access tokens ("ya29....") wherever they stand.
 _PATTERNS = (
-    re.compile(r"(?i)\b(bearer\s+)[^\s\"',;]+"),
+    re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*"),
     re.compile(r"\bya29\.[0-9A-Za-z_\-.]+"),
 )
 

@@ -8,14 +8,16 @@ import dataclasses
 import functools
 
 from gcsckpt.io import defaults
+from gcsckpt.io.extension import _gcsio
 
 
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
     """How failed requests are retried.
 
-    Retried: HTTP 408, 429, 500, 502, 503, 504; connection refused or reset; timeouts; short
-    bodies; wrong ``Content-Range``; a request that receives no byte for ``stall_timeout_s``.
+    Retried: the HTTP statuses of ``RETRYABLE_STATUSES`` (408, 429, 500, 502, 503, 504: the
+    C++ engine's list); connection refused or reset; timeouts; short bodies; wrong
+    ``Content-Range``; a request that receives no byte for ``stall_timeout_s``.
     Other 4xx answers fail at once. A retry asks only for the bytes not yet received.
 
     The wait before attempt ``n + 1`` is drawn uniformly from
@@ -31,7 +33,7 @@ class RetryPolicy:
             first attempt began (> 0).
 
     Raises:
-        ValueError: a field is out of range (the message names it).
+        ValueError: a field is out of range (the message names it and its value).
     """
 
     max_attempts: int = defaults.MAX_ATTEMPTS
@@ -40,33 +42,27 @@ class RetryPolicy:
     deadline_s: float = defaults.RETRY_DEADLINE_S
 
     def __post_init__(self) -> None:
-        if int(self.max_attempts) != self.max_attempts or self.max_attempts < 1:
-            raise ValueError(
-                f"RetryPolicy.max_attempts must be an int >= 1, got {self.max_attempts}"
-            )
-        if not self.initial_backoff_s >= 0:
-            raise ValueError(
-                f"RetryPolicy.initial_backoff_s must be >= 0, got {self.initial_backoff_s}"
-            )
-        if not self.max_backoff_s >= self.initial_backoff_s:
-            raise ValueError(
-                f"RetryPolicy.max_backoff_s ({self.max_backoff_s}) must be >= initial_backoff_s "
-                f"({self.initial_backoff_s})"
-            )
-        if not self.deadline_s > 0:
-            raise ValueError(f"RetryPolicy.deadline_s must be > 0, got {self.deadline_s}")
+        if int(self.max_attempts) != self.max_attempts:
+            raise ValueError(f"RetryPolicy.max_attempts must be an int, got {self.max_attempts}")
+        # The ranges are the C++ engine's rule (RetryPolicy::Validate), applied once for both.
+        _gcsio.validate_retry_policy(
+            int(self.max_attempts),
+            float(self.initial_backoff_s),
+            float(self.max_backoff_s),
+            float(self.deadline_s),
+        )
 
 
-# Statuses retried by every request of the package, Python and C++ alike (the C++ engine's
-# Judge uses the same list); other 4xx answers fail at once.
-RETRYABLE_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+# Statuses retried by every request of the package: the C++ engine's own list
+# (IsRetryableStatus in cc/gcsio/retry_policy.cc); other 4xx answers fail at once.
+RETRYABLE_STATUSES = frozenset(_gcsio.retryable_http_statuses())
 
 # How many attempts the last call of a request made, set on the exception that ends it.
 ATTEMPTS_ATTR = "gcsckpt_attempts"
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """True for the failures ``RetryPolicy`` retries: HTTP 408/429/500/502/503/504 (as
+    """True for the failures ``RetryPolicy`` retries: a status of ``RETRYABLE_STATUSES`` (as
     google.api_core errors or as google-cloud-storage media ``InvalidResponse``), connection
     refused/reset, timeouts and broken bodies (requests, urllib3, google-auth transport)."""
     import google.auth.exceptions

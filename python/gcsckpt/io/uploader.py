@@ -1,39 +1,18 @@
 """Uploader: resumable uploads of caller memory with many requests in flight (C++, libcurl).
 
-The C++ uploader (``cc/gcsio/uploader.h``) runs every upload as a GCS JSON API resumable upload on
-one curl multi handle in its own thread: ``POST .../upload/storage/v1/b/B/o?uploadType=
-resumable&name=O[&ifGenerationMatch=G]``, then PUTs of at most ``chunk_bytes`` whose bodies are read
-straight from the caller's buffer, or from a list of buffers whose concatenation is the object
-(Python buffer protocol, no copy; the GIL is released while it runs). Every answer is checked: a
-308's ``Range`` (the bytes the session holds), the final object resource's size, generation and
-crc32c against the CRC-32C computed in C++ over the bytes sent. Retryable failures (connection reset
-or refused, timeouts, stalls, HTTP 408, 429, 5xx) follow the one ``RetryPolicy`` (the same decision
-as the range reader's GETs); a retry first asks the session what it kept (``Content-Range: bytes
-*/total`` -> 308 + ``Range: bytes=0-K``) and sends only from K + 1. A session answering 404/410 has
-expired: the upload starts over. HTTP 412 raises ``UploadPreconditionError``, a checksum mismatch
-``UploadChecksumError``; every error names ``gs://bucket/object``, the bytes committed and the
-attempts, never a token.
+The C++ uploader (``cc/gcsio/uploader.h``) runs every upload as a GCS JSON API resumable upload
+on one curl multi handle in its own thread: a session start, then PUTs of at most ``chunk_bytes``
+read straight from the caller's buffer or list of buffers (buffer protocol, no copy, GIL released).
+Every answer is checked (a 308's ``Range``; the final size, generation and crc32c against the
+CRC-32C computed in C++). Retries follow the one ``RetryPolicy``: a retry first asks the session
+what it kept and sends only the rest; an expired session (404/410) starts over; 412 raises
+``UploadPreconditionError``, a checksum mismatch ``UploadChecksumError``. Errors name
+``gs://bucket/object``, the bytes committed and the attempts, never a token (docs/design.md,
+"Where a request is retried").
 
-Why an engine of our own rather than google-cloud-storage for ``.distcp`` data: measured side
-by side in one process (``tools/bazel run //bench:save_path -- --state_mib=512 --rounds=3
---arms=uploader:16,uploader:32,uploader:64,objectstore``: ``dcp.save`` of 512 MiB of float32
-tensors into a plain LocalGCS, rounds interleaved, every round loaded back and compared; 2
-shared cores, load average 6.5-8.7), GCSStorageWriter through this uploader took 5.2-5.3 s per
-save with 16 MiB objects (32 objects, 64 requests; 97-104 MB/s), 4.3-7.9 s with 32 MiB and
-5.1-7.6 s with 64 MiB, against 11.9-16.8 s (32-45 MB/s) for the previous path (torch's loop
-writing ``thread_count`` = 4 objects through ``ObjectStore`` upload streams, google-cloud-storage,
-16 MiB resumable chunks). The local endpoint's single-threaded emulator bounds every arm (it
-also rewrites its session file for every chunk, which is why the chunked 128 MiB objects of
-the old path cost it most); the uploader keeps ``max_inflight_requests`` uploads in flight with
-no Python thread per upload and no copy of the payload. With the defaults alone
-(``tools/bazel run //bench:save_path``, 3 rounds, load average 12.7-16.2): 5.4-5.8 s against
-10.8-15.1 s. The save's extra memory (peak RSS above the RSS before ``dcp.save``) was
-13-271 MiB, about the staging budget (256 MiB).
-
-Defaults (``gcsckpt.io.defaults``, from ``cc/gcsio/defaults.h``): 16 requests in flight,
-64 MiB chunks (a multiple of 256 KiB, as GCS requires of every chunk but the last), so the
-writer's 16 MiB objects go up in one PUT after the session start; a failed PUT re-sends at most
-one chunk (less when the session kept part of it).
+Why our own engine rather than google-cloud-storage for ``.distcp`` data: many uploads in flight
+with no Python thread per upload and no copy of the payload; ``dcp.save`` through it took less
+than half the time of the previous path (docs/measurements.md, "Save").
 """
 
 from __future__ import annotations
@@ -124,6 +103,21 @@ class UploadHandle:
         self._upload.cancel()
 
 
+def check_chunk_bytes(chunk_bytes: int) -> None:
+    """Checks an upload chunk size (bytes) by the C++ uploader's rule: a positive multiple of
+    256 KiB (GCS's rule for every chunk of a resumable upload but the last).
+
+    Raises:
+        ValueError: it is not (the message names ``chunk_bytes`` and its value).
+    """
+    try:
+        if int(chunk_bytes) != chunk_bytes:
+            raise ValueError("chunk_bytes must be an int")
+        _gcsio.validate_upload_chunk_bytes(int(chunk_bytes))
+    except ValueError as refused:
+        raise ValueError(f"{refused}, got {chunk_bytes!r}") from None
+
+
 class Uploader(EngineFront):
     """Uploads caller buffers to GCS objects, many resumable uploads in flight (see the module
     docstring for the protocol, checks and retries).
@@ -167,10 +161,7 @@ class Uploader(EngineFront):
                 "max_inflight_bytes": max_inflight_bytes,
             },
         )
-        if int(chunk_bytes) != chunk_bytes or chunk_bytes < 1 or chunk_bytes % (256 << 10):
-            raise ValueError(
-                f"chunk_bytes must be a positive multiple of 256 KiB (262144), got {chunk_bytes!r}"
-            )
+        check_chunk_bytes(chunk_bytes)
         self.retry = retry
         self._options = {
             "max_inflight_requests": int(max_inflight_requests),

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from gcsckpt.testing.faults import Fault, FaultPlan
 from gcsckpt.testing.ports import LOOPBACK
+from gcsckpt.testing.server_http import body_chunks
 
 _HOP_BY_HOP = {
     "connection",
@@ -88,29 +89,18 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     # request side -----------------------------------------------------------------------------
 
     def _read_body(self) -> bytes | None:
-        length = self.headers.get("Content-Length")
-        if length is not None:
-            return self.rfile.read(int(length))
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            parts = []
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
-                    return b"".join(parts)
-                parts.append(self.rfile.read(size))
-                self.rfile.readline()
-        return None
+        if self.headers.get("Content-Length") is None and not self.headers.get("Transfer-Encoding"):
+            return None
+        return b"".join(body_chunks(self.rfile, self.headers))
 
     def _proxy(self) -> None:
         body = self._read_body()
-        fault = self.server.plan.choose(self.command, self.path, body)
+        fault = self.server.plan.choose(self.command, self.path, body, self.headers.get("Range"))
         if fault is not None and fault.kind == "status":
             self._answer_status(fault)
             return
         try:
-            resp = self._forward(body)
+            resp = self._forward(body, fault)
         except (OSError, http.client.HTTPException) as err:
             self._drop_upstream()
             host, port = self.server.upstream
@@ -122,14 +112,21 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             self.close_connection = True
             self._drop_upstream()
 
-    def _forward(self, body: bytes | None) -> http.client.HTTPResponse:
+    def _forward(self, body: bytes | None, fault: Fault | None) -> http.client.HTTPResponse:
         headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        path = self.path
+        if fault is not None and fault.kind == "ignore_range":
+            headers = {k: v for k, v in headers.items() if k.lower() != "range"}
+        if fault is not None and fault.kind == "ignore_generation":
+            split = urllib.parse.urlsplit(path)
+            query = [(k, v) for k, v in urllib.parse.parse_qsl(split.query) if k != "generation"]
+            path = split._replace(query=urllib.parse.urlencode(query)).geturl()
         for attempt in (0, 1):  # a kept-alive upstream connection may have been closed meanwhile
             if self._upstream is None:
                 host, port = self.server.upstream
                 self._upstream = http.client.HTTPConnection(host, port, timeout=_UPSTREAM_TIMEOUT_S)
             try:
-                self._upstream.request(self.command, self.path, body=body, headers=headers)
+                self._upstream.request(self.command, path, body=body, headers=headers)
                 return self._upstream.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 self._drop_upstream()
@@ -146,7 +143,11 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _answer_status(self, fault: Fault) -> None:
         reason = http.client.responses.get(fault.status, "Injected")
-        self._answer_error(fault.status, f"injected by FaultProxy: {reason}")
+        echo = ""
+        if fault.echo_headers:
+            credential = (self.headers.get("Authorization") or "").split(" ", 1)[-1]
+            echo = f"; request headers {dict(self.headers)}; credential {credential}"
+        self._answer_error(fault.status, f"injected by FaultProxy: {reason}{echo}")
 
     def _answer_error(self, status: int, message: str) -> None:
         """A GCS-style JSON error answer; the connection stays usable."""
@@ -231,6 +232,7 @@ class FaultProxy:
       counts: dict kind -> faults injected so far (all kinds present, 0 when none).
       requests: requests received so far.
       request_log: (method, path with query) of each request received so far, in order.
+      request_ranges: the Range header (or None) of each request received so far, in order.
     """
 
     def __init__(self, upstream: str, faults: list[Fault] | None = None) -> None:
@@ -298,3 +300,7 @@ class FaultProxy:
     @property
     def request_log(self) -> list[tuple[str, str]]:
         return self._plan.request_log
+
+    @property
+    def request_ranges(self) -> list[str | None]:
+        return self._plan.request_ranges

@@ -11,6 +11,7 @@ import threading
 import urllib.parse
 
 KINDS = ("status", "reset_mid_body", "stall", "short_body", "wrong_content_range")
+KINDS += ("ignore_range", "ignore_generation")  # upstream asked without Range / generation=
 
 _OBJECT_PATH = re.compile(r"^/(?:download/|upload/)?storage/v1/b/[^/]+/o/(?P<object>[^?]+)")
 # The object resource's "name" in a multipart upload's first part or a resumable upload's start.
@@ -28,7 +29,11 @@ class Fault:
         "stall" (pause `stall_s` seconds after `after_bytes` body bytes, then send the rest),
         "short_body" (clean close after `after_bytes` body bytes, Content-Length unchanged),
         "wrong_content_range" (the right bytes under a Content-Range shifted by one byte;
-        a 200 answer becomes a 206 with such a header).
+        a 200 answer becomes a 206 with such a header),
+        "ignore_range" (asks upstream without the Range header: a server that answers a
+        ranged GET with 200 and the whole object),
+        "ignore_generation" (asks upstream without `generation=`: a server that answers the
+        live version whichever generation was asked).
       status: HTTP status for kind "status" (503, 429, 500, 404, 401, ...).
       count: inject into the first `count` requests this rule matches; None: every one.
       nth: inject only into the nth (1-based) request this rule matches (then `count` is unused).
@@ -39,6 +44,8 @@ class Fault:
       media_only: match only media reads (GET/HEAD with alt=media); False: any request.
       stall_s: pause for kind "stall", seconds.
       after_bytes: body bytes sent before a mid-body fault; None: half the body.
+      echo_headers: kind "status" quotes the request's headers (Authorization too) and its
+        bare credential in its error body, as a careless server might.
     """
 
     kind: str
@@ -50,6 +57,7 @@ class Fault:
     media_only: bool = True
     stall_s: float = 2.0
     after_bytes: int | None = None
+    echo_headers: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -106,16 +114,20 @@ class FaultPlan:
         self._by_kind: collections.Counter[str] = collections.Counter()
         self._requests = 0
         self._log: list[tuple[str, str]] = []
+        self._ranges: list[str | None] = []
         self._lock = threading.Lock()
 
-    def choose(self, method: str, path: str, body: bytes | None = None) -> Fault | None:
-        """Registers one request (with its body, if any) and returns the fault to inject into
-        it, or None."""
+    def choose(
+        self, method: str, path: str, body: bytes | None = None, range_header: str | None = None
+    ) -> Fault | None:
+        """Registers one request (with its body and Range header, if any) and returns the
+        fault to inject into it, or None."""
         media = is_media_read(method, path)
         name = object_of(path, body)
         with self._lock:
             self._requests += 1
             self._log.append((method, path))
+            self._ranges.append(range_header)
             chosen = None
             for i, fault in enumerate(self._faults):
                 if fault.media_only and not media:
@@ -162,3 +174,9 @@ class FaultPlan:
         """(method, path with query) of every request seen so far, in arrival order."""
         with self._lock:
             return list(self._log)
+
+    @property
+    def request_ranges(self) -> list[str | None]:
+        """The Range header (None: none) of every request seen so far, in arrival order."""
+        with self._lock:
+            return list(self._ranges)

@@ -57,9 +57,8 @@ def create_bucket(
     """Creates `bucket`; an existing one is fine when `exist_ok`.
 
     `soft_delete_retention_s`: the bucket's `softDeletePolicy.retentionDurationSeconds` (0: no
-    soft delete, deletes are final), set by a PATCH of the bucket (the emulator ignores it in
-    the insert; an existing bucket gets it too); None leaves GCS's default for new buckets
-    (7 days).
+    soft delete, deletes are final), set by a PATCH of the bucket (so that an existing bucket
+    gets it too); None leaves GCS's default for new buckets (7 days).
 
     Raises:
       GCSHTTPError: any other answer than 200 (or 409 with `exist_ok`), or a refused PATCH.
@@ -88,9 +87,7 @@ def create_bucket(
 
 
 def upload(endpoint: str, bucket: str, name: str, data: bytes) -> dict:
-    """Uploads `data` (bytes) as gs://bucket/name in one request: a simple media upload, or a
-    multipart upload for 0 bytes (gcp-storage-emulator fails an empty media upload: it reads the
-    empty body as None, its handler raises, and nginx answers 502).
+    """Uploads `data` (bytes) as gs://bucket/name in one simple media upload.
 
     Returns:
       The object resource (dict) the server answered.
@@ -98,18 +95,8 @@ def upload(endpoint: str, bucket: str, name: str, data: bytes) -> dict:
       FileNotFoundError: the bucket does not exist.
       GCSHTTPError: any other failure.
     """
-    if data:
-        path = f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name={quote_object(name)}"
-        payload, content_type = bytes(data), "application/octet-stream"
-    else:
-        path = f"/upload/storage/v1/b/{bucket}/o?uploadType=multipart"
-        boundary = "gcsckpt-empty-object"
-        payload = (
-            f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n"
-            f"{json.dumps({'name': name})}\r\n--{boundary}\r\n"
-            f"Content-Type: application/octet-stream\r\n\r\n\r\n--{boundary}--\r\n"
-        ).encode()
-        content_type = f"multipart/related; boundary={boundary}"
+    path = f"/upload/storage/v1/b/{bucket}/o?uploadType=media&name={quote_object(name)}"
+    payload, content_type = bytes(data), "application/octet-stream"
     status, body = _call(endpoint, "POST", path, payload, {"Content-Type": content_type})
     if status == 404:
         raise FileNotFoundError(f"upload gs://{bucket}/{name}: bucket {bucket!r} does not exist")

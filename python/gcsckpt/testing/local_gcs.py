@@ -1,4 +1,4 @@
-"""LocalGCS: a real GCS endpoint on loopback (gcp-storage-emulator on disk + nginx in front)."""
+"""LocalGCS: a real GCS endpoint on loopback (our GCS server on disk + nginx in front)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gcsckpt.testing.media_log import MediaRequest, settled_media_log
 from gcsckpt.testing.ports import LOOPBACK, free_port, port_is_free, wait_until_ready
 from gcsckpt.testing.processes import ManagedProcess
 
-_EMULATOR_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulator_main.py")
+_SERVER_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server_main.py")
 _START_ATTEMPTS = 3  # auto-picked ports can be taken between the pick and the bind
 
 
@@ -34,7 +34,7 @@ def _check_programs(latency_ms: float) -> None:
 
 
 def _stop_all(procs: list[ManagedProcess], cleanup_dirs: list[str]) -> None:
-    """Stops nginx before the emulator, then removes temp folders. Safe to call twice."""
+    """Stops nginx before the server, then removes temp folders. Safe to call twice."""
     for proc in reversed(procs):
         proc.stop()
     procs.clear()
@@ -46,20 +46,18 @@ def _stop_all(procs: list[ManagedProcess], cleanup_dirs: list[str]) -> None:
 class LocalGCS:
     """A GCS JSON API endpoint on 127.0.0.1, for tests and the default benchmark run.
 
-    The emulator (gcp-storage-emulator, on-disk, in a threaded wrapper with its own upload
-    handlers) handles uploads, metadata, listing and deletes; nginx serves media reads straight
-    from the emulator's files with keep-alive and full Range semantics (206 + Content-Range,
-    416, suffix ranges), writes upload bodies to the data disk for the emulator to rename into
-    place, and proxies everything else. The XML API's uploads (simple PUT, multipart upload)
-    work too. nginx alone served ~2.6-2.9 GB/s for 16 parallel slices and ~20k
-    requests/s of 64 KiB here, the emulator alone 0.26-1.6 GB/s and <= 8k requests/s.
+    The server (server_main.py, threaded, on disk) handles uploads (JSON and XML API),
+    metadata, listing, deletes, compose and copy; nginx serves media reads straight from its
+    files with keep-alive and full Range semantics (206 + Content-Range, 416, suffix ranges),
+    writes upload bodies to the data disk for the server to rename into place, and proxies
+    everything else.
 
-    Like GCS (and unlike the bare emulator): every media answer carries ``x-goog-generation``;
-    ``generation=`` and ``ifGenerationMatch=`` on media reads answer 404 / 412 when the object's
-    generation differs; ``ifGenerationMatch`` on media, multipart and resumable uploads answers
-    412 when it does not hold (``0``: create only if absent); a later write has a larger
-    generation; an overwrite is atomic (a read sees one version whole); 0-byte uploads work.
-    See emulator_main.py and nginx_config.py for how.
+    Like GCS: every media answer carries ``x-goog-generation``; ``generation=`` and
+    ``ifGenerationMatch=`` on media reads answer 404 / 412 when the object's generation
+    differs; ``ifGenerationMatch`` on media, multipart and resumable uploads answers 412 when
+    it does not hold (``0``: create only if absent); a later write has a larger generation; an
+    overwrite is atomic (a read sees one version whole); 0-byte uploads work. See
+    server_store.py and nginx_config.py for how.
 
     Args:
       data_dir: folder for objects (kept: reusing it later serves the same buckets and objects);
@@ -68,20 +66,20 @@ class LocalGCS:
         (models remote GCS).
       stream_mbps: bandwidth cap per media request, MB/s (1 MB = 1e6 bytes); None: uncapped.
         Uploads: the answer waits until the body would have arrived at this rate.
-      log_dir: folder for emulator.log, nginx_error.log, nginx_media_access.log (kept);
+      log_dir: folder for server.log, nginx_error.log, nginx_media_access.log (kept);
         None: inside the run's temp folder (removed at stop()).
       nginx_workers: nginx worker processes; None: min(CPU count, 8).
-      port / emulator_port: fixed ports; None: free ones picked at start.
+      port / server_port: fixed ports; None: free ones picked at start.
       start_timeout_s: how long each program may take to answer, seconds.
       md5_in_upload_answers: compute every upload's MD5 while answering it, so that upload
         answers always carry md5Hash (and XML ETags are MD5s), as GCS's do; for clients that
         read md5Hash from an upload answer without sending one (gcsfs with consistency="md5",
         google-cloud-storage 2.x's transfer_manager with its default checksum="md5"). Off:
         only requests that send an MD5 have it computed inline, the others' later at idle
-        priority (emulator_storage.py says why).
+        priority (server_sums.py says why).
 
     Raises (at start / __enter__):
-      LocalGCSError: nginx, its echo module (when latency_ms > 0) or the emulator is missing,
+      LocalGCSError: nginx or its echo module (when latency_ms > 0) is missing,
         a fixed port is taken, or a program exits or does not answer in time (log tail quoted).
       ValueError: a negative latency or non-positive rate.
 
@@ -99,7 +97,7 @@ class LocalGCS:
         *,
         nginx_workers: int | None = None,
         port: int | None = None,
-        emulator_port: int | None = None,
+        server_port: int | None = None,
         start_timeout_s: float = 30.0,
         md5_in_upload_answers: bool = False,
     ) -> None:
@@ -113,16 +111,16 @@ class LocalGCS:
         self._log_dir_arg = log_dir
         self._workers = nginx_workers or min(os.cpu_count() or 1, 8)
         self._port_arg = port
-        self._emulator_port_arg = emulator_port
+        self._server_port_arg = server_port
         self._start_timeout_s = start_timeout_s
         self._md5_in_upload_answers = md5_in_upload_answers
         self._procs: list[ManagedProcess] = []
         self._cleanup_dirs: list[str] = []
         self._finalizer: weakref.finalize | None = None
         self.endpoint = ""  # "http://127.0.0.1:PORT" of nginx, set by start()
-        self.emulator_endpoint = ""  # the emulator itself (single-threaded: not for bulk reads)
+        self.server_endpoint = ""  # the server itself (media reads are nginx's)
         self.port = 0
-        self.emulator_port = 0
+        self.server_port = 0
         self.data_dir = ""
         self.log_dir = ""
         self._media_log = ""
@@ -137,7 +135,7 @@ class LocalGCS:
         self.stop()
 
     def start(self) -> LocalGCS:
-        """Starts the emulator, then nginx, and waits until both answer `GET /` with "OK"."""
+        """Starts the server, then nginx, and waits until both answer `GET /` with "OK"."""
         if self._procs:
             raise LocalGCSError(f"LocalGCS already running at {self.endpoint}")
         _check_programs(self.latency_ms)
@@ -146,7 +144,7 @@ class LocalGCS:
         self._finalizer = weakref.finalize(self, _stop_all, self._procs, self._cleanup_dirs)
         try:
             self._prepare_dirs(run_dir)
-            self._start_emulator()
+            self._start_server()
             self._start_nginx(run_dir)
         except BaseException:
             self.stop()
@@ -154,7 +152,7 @@ class LocalGCS:
         return self
 
     def stop(self) -> None:
-        """Stops nginx and the emulator (whole process groups) and removes temp folders.
+        """Stops nginx and the server (whole process groups) and removes temp folders.
 
         Idempotent; objects in a caller-given data_dir and logs in a caller-given log_dir stay.
         """
@@ -173,45 +171,45 @@ class LocalGCS:
             raise LocalGCSError(f"{what} port {LOOPBACK}:{fixed} is already in use")
         return fixed
 
-    def _start_emulator(self) -> None:
-        log = os.path.join(self.log_dir, "emulator.log")
+    def _start_server(self) -> None:
+        log = os.path.join(self.log_dir, "server.log")
         for attempt in range(_START_ATTEMPTS):
-            port = self._pick_port(self._emulator_port_arg, "emulator")
+            port = self._pick_port(self._server_port_arg, "server")
             argv = [
                 sys.executable,
-                _EMULATOR_MAIN,
+                _SERVER_MAIN,
                 "--port",
                 str(port),
                 "--data-dir",
                 self.data_dir,
-                # The latency model holds upload answers too (emulator_http.Pacing).
+                # The latency model holds upload answers too (server_http.Pacing).
                 "--upload-latency-ms",
                 str(self.latency_ms),
                 "--upload-rate",
                 str(self.stream_mbps * 1e6 if self.stream_mbps else 0),
             ] + (["--md5-in-upload-answers"] if self._md5_in_upload_answers else [])
-            proc = ManagedProcess("gcp-storage-emulator", argv, log)
+            proc = ManagedProcess("gcs server", argv, log)
             self._procs.append(proc)
             if wait_until_ready(LOOPBACK, port, b"OK", self._start_timeout_s, proc.alive):
-                self.emulator_port = port
-                self.emulator_endpoint = f"http://{LOOPBACK}:{port}"
+                self.server_port = port
+                self.server_endpoint = f"http://{LOOPBACK}:{port}"
                 return
             proc.stop()
             self._procs.remove(proc)
-            if "cannot bind" in proc.log_tail() and self._emulator_port_arg is None:
+            if "cannot bind" in proc.log_tail() and self._server_port_arg is None:
                 continue  # someone took the picked port: pick another
             raise LocalGCSError(
-                f"gcp-storage-emulator did not answer on {LOOPBACK}:{port} "
+                f"the gcs server did not answer on {LOOPBACK}:{port} "
                 f"(attempt {attempt + 1}); log {log}:\n{proc.log_tail()}"
             )
-        raise LocalGCSError(f"gcp-storage-emulator found no free port in {_START_ATTEMPTS} tries")
+        raise LocalGCSError(f"the gcs server found no free port in {_START_ATTEMPTS} tries")
 
     def _start_nginx(self, run_dir: str) -> None:
         for attempt in range(_START_ATTEMPTS):
             port = self._pick_port(self._port_arg, "nginx")
             settings = nginx_config.NginxSettings(
                 listen_port=port,
-                emulator_port=self.emulator_port,
+                server_port=self.server_port,
                 objects_root=os.path.join(self.data_dir, ".cloudstorage"),
                 run_dir=run_dir,
                 log_dir=self.log_dir,
@@ -265,19 +263,19 @@ class LocalGCS:
         """Creates bucket `name`; one that exists already (persistent data_dir) is fine.
 
         `soft_delete_retention_s`: 0 makes deletes final (no soft-deleted copy is kept); None
-        keeps GCS's default for new buckets (7 days, during which the emulator keeps a copy of
-        every deleted object's bytes)."""
+        keeps GCS's default for new buckets (7 days, during which a deleted object's bytes are
+        kept, listed with softDeleted=true)."""
         self._require_running()
         json_api.create_bucket(self.endpoint, name, soft_delete_retention_s=soft_delete_retention_s)
 
-    def put(self, bucket: str, name: str, data: bytes) -> None:
-        """Writes `data` as gs://bucket/name (through nginx to the emulator).
+    def put(self, bucket: str, name: str, data: bytes) -> int:
+        """Writes `data` as gs://bucket/name (through nginx to the server); its generation.
 
         Raises:
           FileNotFoundError: the bucket does not exist.
         """
         self._require_running()
-        json_api.upload(self.endpoint, bucket, name, data)
+        return int(json_api.upload(self.endpoint, bucket, name, data)["generation"])
 
     def get(self, bucket: str, name: str) -> bytes:
         """The content of gs://bucket/name, by one media GET through nginx.

@@ -1,29 +1,17 @@
-"""The nginx configuration in front of the emulator: media reads from disk, the rest proxied.
+"""The nginx configuration in front of the GCS server: media reads from disk, the rest proxied.
 
-Media reads (`GET /download/storage/v1/b/B/o/O?alt=media` and `GET /storage/v1/b/B/o/O?alt=media`)
-are served by nginx's static module from `<data>/.cloudstorage/B/O`, which is exactly where the
-emulator writes object O (checked for '/', '//', a leading '/', spaces, unicode, %, +, #, ?, ;, &).
-nginx percent-decodes the URI (so %2F becomes '/'), `merge_slashes off` keeps 'a//b' intact, and
-the kernel resolves 'a//b' and a leading '/' the same way the emulator's path normalisation does.
-Everything else goes to the emulator unchanged (the raw, still-encoded request URI).
-
-Generations (see emulator_main.py for how versions are stored): a media read with
-`generation=G` or `ifGenerationMatch=G` is served from the version's hard link
-`<data>/.generations/B/G/O` (absent: 404 for generation=, 412 for ifGenerationMatch=, as GCS
-without versioning answers); every media answer carries `x-goog-generation`, copied from
-nginx's own ETag of the file it sends (its mtime spells the generation). All of it stays in
-nginx's static module, so reads keep its speed.
-
-The XML API (`/BUCKET/OBJECT`, any first segment but the JSON API's): GET/HEAD are served
-from disk like media reads (`generation=` too; 404 with an XML NoSuchKey body); the rest
-(simple PUT, multipart upload) goes to the emulator (emulator_xml.py) with its XML errors.
-
-Upload bodies (`/upload/...` and XML PUT/POST): nginx reads the body into a file under
-`<data>/.uploads/nginx` (`client_body_in_file_only clean`, 1 MiB reads) and sends the
-emulator only the headers plus `X-Gcsckpt-Body-File` (the path) and `X-Gcsckpt-Elapsed`
-(`$request_time`, for the upload latency model); the emulator links the file into place (same
-file system) and hashes it, nginx removes its own name when the request ends. So no upload
-byte crosses a socket into Python; see emulator_main.py for the measurement that chose this.
+Media reads (`GET [/download]/storage/v1/b/B/o/O?alt=media`) and XML reads (`GET|HEAD /B/O`)
+are nginx's static module serving `<data>/.cloudstorage/B/O`, where the server writes object
+O: nginx percent-decodes the URI (%2F becomes '/'), `merge_slashes off` keeps 'a//b', and the
+kernel resolves 'a//b' and a leading '/' as the server's path rule does (checked for '/',
+'//', spaces, unicode, %, +, #, ?, ;, &). `generation=G` / `ifGenerationMatch=G` reads come
+from the version's hard link `<data>/.generations/B/G/O` (absent: 404 / 412, as GCS without
+versioning); `x-goog-generation` is copied from nginx's own ETag (the file's mtime spells the
+generation), so reads keep the static module's speed. Upload bodies (`/upload/...`, XML
+PUT/POST) are written to files under `<data>/.uploads/nginx`; the server gets the headers,
+`X-Gcsckpt-Body-File` (the path) and `X-Gcsckpt-Elapsed` (for the upload latency model) and
+links the file into place, so no upload byte crosses a socket into Python
+(docs/measurements.md). Everything else goes to the server unchanged (the raw request URI).
 """
 
 from __future__ import annotations
@@ -32,8 +20,12 @@ import dataclasses
 import os
 import pwd
 
-from gcsckpt.testing.emulator_http import BODY_FILE_HEADER, ELAPSED_HEADER, JSON_API_ROOTS
-from gcsckpt.testing.emulator_storage import UPLOADS_DIR
+from gcsckpt.testing.server_http import (
+    BODY_FILE_HEADER,
+    ELAPSED_HEADER,
+    JSON_API_ROOTS,
+    UPLOADS_DIR,
+)
 
 NGINX_BIN = "/usr/sbin/nginx"
 ECHO_MODULE = "/usr/lib/nginx/modules/ngx_http_echo_module.so"
@@ -72,41 +64,33 @@ class NginxSettings:
 
     Attributes:
       listen_port: nginx's port on 127.0.0.1.
-      emulator_port: the emulator's port on 127.0.0.1.
+      server_port: the GCS server's port on 127.0.0.1.
       objects_root: absolute path of `<data>/.cloudstorage`.
-      generations_root: absolute path of `<data>/.generations` (one hard link per live version,
-        `B/G/O`); "" derives it from objects_root.
       run_dir: absolute folder for pid and temp files.
       log_dir: absolute folder for `nginx_error.log` and `nginx_media_access.log`.
       latency_s: first-byte delay added to every media read, seconds (0: none).
       rate_bytes_per_s: per-request bandwidth cap on media reads, bytes/s (0: none).
       workers: nginx worker processes.
-      upload_body_files: nginx writes upload bodies (JSON `/upload/...`, XML PUT/POST) to files
-        on the data disk and hands the emulator their path instead of the bytes (see the
-        module docstring); False proxies the bytes (kept to measure against).
     """
 
     listen_port: int
-    emulator_port: int
+    server_port: int
     objects_root: str
     run_dir: str
     log_dir: str
     latency_s: float = 0.0
     rate_bytes_per_s: int = 0
     workers: int = 2
-    generations_root: str = ""
-    upload_body_files: bool = True
 
     @property
     def upload_body_dir(self) -> str:
-        """Where nginx writes upload bodies: `<data>/.uploads/nginx` (emulator_http.py)."""
+        """Where nginx writes upload bodies: `<data>/.uploads/nginx` (server_http.py)."""
         return os.path.join(os.path.dirname(self.objects_root), UPLOADS_DIR, "nginx")
 
     @property
     def generations_dir(self) -> str:
-        return self.generations_root or os.path.join(
-            os.path.dirname(self.objects_root), ".generations"
-        )
+        """`<data>/.generations`: one hard link per live version, `B/G/O`."""
+        return os.path.join(os.path.dirname(self.objects_root), ".generations")
 
     @property
     def error_log(self) -> str:
@@ -160,13 +144,13 @@ def render(s: NginxSettings) -> str:
         else ""
     )
     proxy_plain = (
-        "proxy_pass http://emulator; proxy_http_version 1.1; "
+        "proxy_pass http://gcs_server; proxy_http_version 1.1; "
         'proxy_set_header Connection ""; proxy_set_header Host $http_host; '
         "proxy_read_timeout 600s; proxy_send_timeout 600s;"
     )
-    # JSON API answers: the emulator's bare 404s get GCS's JSON body; XML ones keep their own.
+    # JSON API answers: 404s get GCS's JSON body; XML ones keep their own.
     proxy = f"{proxy_plain} proxy_intercept_errors on; error_page 404 = @not_found;"
-    # Uploads: nginx keeps the body in a file on the data disk and sends the emulator its path
+    # Uploads: nginx keeps the body in a file on the data disk and sends the server its path
     # (and how long the request has run, for the latency model of upload answers).
     upload_body = (
         f"client_body_temp_path {_quoted(s.upload_body_dir)}; client_body_in_file_only clean; "
@@ -175,8 +159,6 @@ def render(s: NginxSettings) -> str:
         'proxy_pass_request_body off; proxy_set_header Content-Length ""; '
         f"proxy_set_header {BODY_FILE_HEADER} $request_body_file; "
         f"proxy_set_header {ELAPSED_HEADER} $request_time;"
-        if s.upload_body_files
-        else ""
     )
     # What every media answer gets, whichever generation it serves: logged, delayed and paced
     # like GCS, with its generation, and GCS's 404 body.
@@ -219,9 +201,9 @@ http {{
     "" ""; "~^[0-9]{{1,19}}$" $arg_ifgenerationmatch; default "bad";
   }}
   # The ETag nginx makes from the file it serves is "<mtime hex>-<size hex>"; the mtime's hex
-  # digits are the generation's decimal digits (see emulator_main.py).
+  # digits are the generation's decimal digits (see server_store.py).
   map $sent_http_etag $gcs_generation {{ "~^.(?<gcs_gen>[0-9]+)-" $gcs_gen; default ""; }}
-  upstream emulator {{ server 127.0.0.1:{s.emulator_port}; keepalive 16; }}
+  upstream gcs_server {{ server 127.0.0.1:{s.server_port}; keepalive 16; }}
   server {{
     listen 127.0.0.1:{s.listen_port} backlog=4096;
     location ~ ^/(?:download/)?storage/v1/b/(?<gcs_bucket>[^/]+)/o/(?<gcs_object>.+)$ {{
@@ -229,7 +211,7 @@ http {{
       if ($gcs_is_media) {{ return 418; }}
       {proxy}
     }}
-    # The XML API: /BUCKET/OBJECT, any first segment but the JSON API's (emulator_main.py).
+    # The XML API: /BUCKET/OBJECT, any first segment but the JSON API's (server_main.py).
     location ~ {_XML_PATH} {{
       error_page 418 = @xml_read;
       if ($gcs_is_xml_read) {{ return 418; }}

@@ -30,8 +30,8 @@ class Fetch(NamedTuple):
     """One byte range of one checkpoint object and what to do with its bytes (immutable).
 
     A NamedTuple rather than a frozen dataclass: a load builds one per ReadItem (~12k per rank
-    for a scaled-OLMoE checkpoint) and a frozen dataclass's `__init__` took 2.7x as long per
-    instance (timeit, 12,000 instances: 66 ms vs 27 ms for this tuple, on a loaded 2-core host).
+    for a scaled-OLMoE checkpoint), and a frozen dataclass's `__init__` costs several times as
+    much (docs/measurements.md, "Per-item costs on the load path").
 
     Attributes:
         path: object path relative to the checkpoint prefix. offset, length: the byte range in

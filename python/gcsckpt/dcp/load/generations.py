@@ -3,42 +3,22 @@
 In: the generation `.metadata` was read at, one listing of the checkpoint prefix (name, size,
 generation of each object directly below it) and the relative paths a rank reads. Out: `Pins`,
 the generation of every data object the load reads (handed to `ranges.CheckpointRanges`, which
-sends it on every GET of that object: the safetensors header pre-read and every window), or a
-CheckpointReadError "object changed during load" before any data GET.
+sends it on every GET of that object) and its size (for `extents`), or a CheckpointReadError
+"object changed during load" before any data GET: a data object newer than `.metadata`
+(rewritten after the commit, since our writer and torch's write `.metadata` last) or a
+`.metadata` that changed since a rank read it.
 
-What a load is then guaranteed (GCS, and `gcsckpt.testing.LocalGCS`):
-
-- Every GET of one object in the whole load asks for the same generation (`generation=`), and
-  its answer's `x-goog-generation` is checked against it; an object replaced or deleted after
-  it was pinned answers 404 (or 412, or another generation), which fails the load as "object
-  changed during load". Bytes of two versions are never combined, in one item or across items:
-  items committed before such a failure hold the pinned version's bytes (the one `.metadata`
-  describes), no item is committed with another version's, and the failed load must not be
-  used. (With object versioning on, a pinned generation stays readable after a replacement,
-  so the load completes with the version `.metadata` describes.)
-- A data object rewritten after `.metadata` was written fails the load before any data GET:
-  its generation is larger than `.metadata`'s. This relies on generations ordered by write time
-  across objects and on `.metadata` being written last (our writer and torch's both commit it
-  after every data object is complete). GCS's generations are microsecond timestamps of the
-  write; GCS documents them as increasing per object, and that they also order writes across
-  objects (an upload completed before another began has the smaller one) is observed, not
-  documented. LocalGCS numbers every write of every object from one increasing counter.
-  A checkpoint copied object by object (`gcloud storage cp -r`, rsync, Storage Transfer) gets
-  generations in copy order, `.metadata` possibly first: load it with `check_commit_order=False`
-  (changes during the load are still detected).
-- `.metadata` itself is checked too: every rank must have read the generation the listing shows
-  (an overwriting save between two ranks' reads fails the load the same way).
-
-Not covered: an endpoint that reports no generations (no `generation` in listings, no
-`x-goog-generation` on reads, `generation=` ignored, as a plain HTTP file server would): nothing is
-pinned, and each read of the range reader still gets one version per object per submit only if
-the answers name one. A listing that fails (e.g. a credential without `storage.objects.list`)
-is warned about and the load goes on unpinned, as before this check existed.
+Why: a load must never combine bytes of two versions. This relies on generations ordered by
+write time across objects: documented per object on GCS, observed across objects, exact on
+LocalGCS (one counter). A checkpoint copied object by object loses that order: load it with
+`check_commit_order=False`. An endpoint without generations pins nothing; without a listing
+each object is pinned at the generation its first read names (`ranges`). The full statement:
+docs/design.md, "Integrity guarantees".
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from gcsckpt.dcp.load.errors import CheckpointReadError, LoadErrors
@@ -50,15 +30,22 @@ class Pins(NamedTuple):
 
     metadata_generation: `.metadata`'s generation as the listing showed it (None: unknown).
     objects: relative path -> generation, for each data object whose generation is known.
+    sizes: relative path -> size in bytes, for each data object the listing showed.
     """
 
     metadata_generation: int | None
     objects: dict[str, int]
+    sizes: Mapping[str, int] = {}  # noqa: RUF012 (never mutated; a NamedTuple default)
 
     def only(self, paths: Iterable[str]) -> Pins:
         """These pins restricted to `paths` (what one rank reads)."""
-        objects = self.objects
-        return Pins(self.metadata_generation, {p: objects[p] for p in paths if p in objects})
+        paths = set(paths)
+        objects, sizes = self.objects, self.sizes
+        return Pins(
+            self.metadata_generation,
+            {p: objects[p] for p in paths if p in objects},
+            {p: sizes[p] for p in paths if p in sizes},
+        )
 
 
 def pin_generations(
@@ -80,18 +67,16 @@ def pin_generations(
         metadata_name: the metadata object's relative name (`.metadata` or `__{r}.metadata`).
         metadata_generation: the generation this rank read `.metadata` at (None: unknown).
         paths: relative paths of the data objects the load reads. One missing from the
-            listing is not pinned (its GET answers 404, reported as a missing object).
+            listing is not pinned and has no size (its GET answers 404, reported as a missing
+            object).
         check_commit_order: fail on data objects newer than `.metadata` (see module doc).
 
     Raises:
         CheckpointReadError: "object changed during load" for `.metadata` (the listing shows
             another generation than was read) or for the first data object newer than it.
     """
-    listed = {
-        info.name[len(object_prefix) :]: info.generation
-        for info in listing
-        if info.name.startswith(object_prefix)
-    }
+    listing = [info for info in listing if info.name.startswith(object_prefix)]
+    listed = {info.name[len(object_prefix) :]: info.generation for info in listing}
     listed_metadata = listed.get(metadata_name)
     if metadata_generation is not None and (
         metadata_name not in listed  # deleted since it was read
@@ -106,7 +91,8 @@ def pin_generations(
         )
     if listed_metadata is None:
         listed_metadata = metadata_generation
-    objects = {p: listed[p] for p in sorted(set(paths)) if listed.get(p) is not None}
+    wanted = set(paths)
+    objects = {p: listed[p] for p in sorted(wanted) if listed.get(p) is not None}
     if check_commit_order and listed_metadata is not None:
         for path, generation in objects.items():
             if generation > listed_metadata:
@@ -117,7 +103,10 @@ def pin_generations(
                     generation,
                     f"was written after {metadata_name} (generation {listed_metadata})",
                 )
-    return Pins(listed_metadata, objects)
+    sizes = {
+        path: info.size for info in listing if (path := info.name[len(object_prefix) :]) in wanted
+    }
+    return Pins(listed_metadata, objects, sizes)
 
 
 def check_metadata_read(

@@ -4,7 +4,9 @@ In: byte ranges named by relative object path, as (path, offset, length, destina
 writable destination buffer of `length` bytes (bytearray, numpy uint8 view, ...). Out: the same
 ranges as `gcsckpt.io.RangeRequest`s of the checkpoint's bucket, read at once (`read`) or
 submitted for completion-order consumption (`submit`), each asking for its object's pinned
-generation (`generations.Pins`); `LoadStats.ranges` counts them. Failures
+generation (`generations.Pins`), or, for an object the listing did not pin, the generation
+the first completed `read` of it named (so a load without a listing still reads one version
+of each object once one read of it is done); `LoadStats.ranges` counts them. Failures
 surface as `gcsckpt.io.RangeReadError`; `errors.LoadErrors` maps them.
 """
 
@@ -28,7 +30,8 @@ class CheckpointRanges:
         location: the checkpoint; relative paths become object names below its prefix.
         stats: the load's counters (`ranges` grows by every range handed over).
         generations: relative path -> the generation every GET of that object asks for
-            (`generations.Pins.objects`); objects not in it are pinned per submit only.
+            (`generations.Pins.objects`); an object not in it is pinned by its first completed
+            `read` (before that, per submit only).
     """
 
     def __init__(
@@ -49,7 +52,12 @@ class CheckpointRanges:
         Raises:
             RangeReadError: a range failed for good (after the reader's retries).
         """
-        self._reader.read(self._requests(ranges))
+        handle = self._reader.submit(self._requests(ranges))
+        handle.wait()
+        prefix = self._object_prefix()
+        for (_, name), generation in handle.generations().items():
+            if generation and name.startswith(prefix):
+                self._generations.setdefault(name[len(prefix) :], generation)
 
     def submit(self, ranges: Iterable[Range]) -> ReadHandle:
         """Starts reading; the handle reports completed indices (`next_completed`) and can be
@@ -57,9 +65,7 @@ class CheckpointRanges:
         return self._reader.submit(self._requests(ranges))
 
     def _requests(self, ranges: Iterable[Range]) -> list[RangeRequest]:
-        # Same names as CheckpointLocation.object_name, spelled inline: one per ReadItem.
-        bucket, prefix = self._location.bucket, self._location.prefix
-        prefix = f"{prefix}/" if prefix else ""
+        bucket, prefix = self._location.bucket, self._object_prefix()
         pinned = self._generations
         requests = [
             RangeRequest(bucket, prefix + path, offset, length, dest, pinned.get(path))
@@ -67,3 +73,8 @@ class CheckpointRanges:
         ]
         self._stats.ranges += len(requests)
         return requests
+
+    def _object_prefix(self) -> str:
+        # Same names as CheckpointLocation.object_name, spelled inline: one per ReadItem.
+        prefix = self._location.prefix
+        return f"{prefix}/" if prefix else ""

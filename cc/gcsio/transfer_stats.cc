@@ -1,16 +1,16 @@
-#include "cc/gcsio/read_stats.h"
+#include "cc/gcsio/transfer_stats.h"
 
 #include <algorithm>
 #include <cmath>
 
 namespace gcsio {
 
-void ReadStats::AddRetry(const std::string& cause) {
+void TransferStats::AddRetry(const std::string& cause) {
   std::lock_guard<std::mutex> lock(mu_);
   ++retries_by_cause_[cause];
 }
 
-void ReadStats::AddConnections(long new_connections) {
+void TransferStats::AddConnections(long new_connections) {
   if (new_connections > 0) {
     connections_opened_.fetch_add(static_cast<uint64_t>(new_connections),
                                   std::memory_order_relaxed);
@@ -19,7 +19,7 @@ void ReadStats::AddConnections(long new_connections) {
   }
 }
 
-void ReadStats::AddLatency(double total_s, double ttfb_s) {
+void TransferStats::AddLatency(double total_s, double ttfb_s) {
   std::lock_guard<std::mutex> lock(mu_);
   ++samples_seen_;
   if (latency_.size() < kMaxSamples) {
@@ -43,12 +43,16 @@ double Percentile(std::vector<double> values, double q) {
   return values[lo] + (values[hi] - values[lo]) * (pos - static_cast<double>(lo));
 }
 
-StatsSnapshot ReadStats::Snapshot() const {
+StatsSnapshot TransferStats::Snapshot() const {
   StatsSnapshot s;
   s.requests = requests_.load();
   s.bytes_received = bytes_received_.load();
   s.bytes_delivered = bytes_delivered_.load();
+  s.bytes_sent = bytes_sent_.load();
   s.failures = failures_.load();
+  s.uploads_done = uploads_done_.load();
+  s.status_queries = status_queries_.load();
+  s.restarts = restarts_.load();
   s.connections_opened = connections_opened_.load();
   s.connections_reused = connections_reused_.load();
   s.whole_object_answers = whole_object_answers_.load();
@@ -70,11 +74,15 @@ StatsSnapshot ReadStats::Snapshot() const {
   return s;
 }
 
-void ReadStats::Reset() {
+void TransferStats::Reset() {
   requests_ = 0;
   bytes_received_ = 0;
   bytes_delivered_ = 0;
+  bytes_sent_ = 0;
   failures_ = 0;
+  uploads_done_ = 0;
+  status_queries_ = 0;
+  restarts_ = 0;
   connections_opened_ = 0;
   connections_reused_ = 0;
   whole_object_answers_ = 0;

@@ -1,57 +1,16 @@
 """The JSON API uploads of LocalGCS: media, multipart (multipart/related) and resumable.
 
-Used by emulator_main.py for `POST|PUT|DELETE /upload/storage/v1/b/B/o...`, in place of the
-emulator's own handlers, which read every body into Python bytes and write it again on the
-emulator's one thread. Here the body is a file nginx already wrote (emulator_http.py): a media
-upload's body is renamed into place; a multipart upload's content part and a resumable chunk
-are copied into place in the kernel (copy_file_range). crc32c is read from the file
-(emulator_storage.file_checksums); resumable sessions hash each chunk as it arrives, so the
-final request costs one chunk. MD5 is computed while answering only when the request carries
-one to check (`md5Hash` in the object metadata, `x-goog-hash: md5=..`); otherwise it is left
-to the emulator's idle MD5 worker (emulator_storage.LazyMD5) and the answer has no `md5Hash`
-(metadata GETs and listings have it, computed by then or on demand). Only the commit
-(precondition, generation, rename, the emulator's object table) is under the storage lock.
-
-What each client of this endpoint checks in an upload answer (read in their upload code), so
-that an answer without md5Hash is enough for all of them as used here:
-
-- gcsckpt's C++ uploader (cc/gcsio/upload_response.cc): `size`, `crc32c`, `generation`.
-- google-cloud-storage 3.x (this venv): checksum="auto" is crc32c when google-crc32c's C
-  extension is installed (it is): multipart puts `crc32c` in the metadata (checked here),
-  resumable sends `x-goog-hash: crc32c=..` with the last chunk (checked here) and compares
-  the final answer's `crc32c`. checksum="md5" puts `md5Hash` in the metadata / sends
-  `x-goog-hash: md5=..` and compares the answer's `md5Hash`: then it is computed inline.
-- google-cloud-storage 2.19.0 (gcs-torch-dataflux's venv): uploads default to checksum=None
-  (nothing checked); gcs-torch-dataflux's own XML multipart upload uses crc32c (below).
-- multi-storage-client 1.3.1's GCS provider: blob.upload_from_string / upload_from_file and
-  transfer_manager.upload_chunks_concurrently with the defaults above (crc32c).
-- gcsfs: its default consistency="none" checks nothing; consistency="size" checks `size`;
-  consistency="md5" reads `md5Hash` from the final answer without sending one, and gets a
-  KeyError from this endpoint by default (nothing here uses it; GCS gives composite objects
-  no md5Hash, where gcsfs fails the same way): LocalGCS(md5_in_upload_answers=True) computes
-  every upload's MD5 inline for such clients.
-
-As GCS answers (the parts clients rely on):
-
-- media / multipart: 200 with the object resource (`generation`, `size`, `crc32c` as base64
-  of the big-endian CRC32C; `md5Hash`, base64 of the MD5, when it was checked); a `crc32c` /
-  `md5Hash` the client put in multipart metadata or in `x-goog-hash` that does not match the
-  bytes answers 400; `ifGenerationMatch` 412.
-- resumable: `POST ?uploadType=resumable` checks `ifGenerationMatch` and answers 200 with the
-  session URL in `Location` (`...&upload_id=ID`). `PUT` with `Content-Range: bytes S-E/T|*`
-  appends the chunk (a chunk starting before the committed offset has its known prefix skipped,
-  so a retried chunk is harmless; one starting after it answers 400, naming the offset), and
-  answers 308 with `Range: bytes=0-K` (no Range while nothing is committed), or, once T bytes
-  are in, commits the object (ifGenerationMatch checked again) and answers 200 with it.
-  `PUT` with `Content-Range: bytes */T` or `bytes */*` and no body is the status query: 308 +
-  Range, or the object (200) once the upload is complete, also when asked again later (so a
-  client whose final answer was lost learns that it landed). `x-goog-hash` on the request
-  that completes the upload, and `crc32c` / `md5Hash` in the session's metadata, are checked
-  against the whole object (400 on a mismatch; the session is then over, as GCS). A body
-  without Content-Range is the whole object. `DELETE` on the session URL cancels it (499, as
-  GCS). Unknown sessions 404.
-- Upload answers wait out the latency model when one is on (`pace`): first byte `latency_s`
-  after the request's first byte, and no faster than `rate_bytes_per_s` for the body.
+Used by server_main.py for `POST|PUT|DELETE /upload/storage/v1/b/B/o...`. The body is a file
+nginx already wrote (server_http.py): a media body is renamed into place, a multipart content
+part and resumable chunks are copied in the kernel (copy_file_range); crc32c is read from the
+file, a resumable session hashes each chunk as it arrives. MD5 is computed while answering
+only when the request sends one to check (`md5Hash` in its metadata, `x-goog-hash: md5=..`),
+else later (server_sums.LazyMD5); docs/design.md says why that is enough for every client
+here. Answers as GCS: the object resource (200); a sent digest the bytes do not match 400;
+`ifGenerationMatch` 412 (checked at session start and at commit). Resumable: 308 with
+`Range: bytes=0-K`; a retried chunk's known prefix is skipped, one starting past the committed
+offset is 400; the status query (`bytes */T`) answers the object once complete, also later;
+DELETE cancels (499). Every answer waits out the latency model (server_http.Pacing).
 """
 
 from __future__ import annotations
@@ -65,7 +24,9 @@ import threading
 import urllib.parse
 
 import google_crc32c
-from emulator_http import (
+from server_http import (
+    JSON_TYPE,
+    APIError,
     BadRequestBody,
     Pacing,
     body_file,
@@ -74,37 +35,11 @@ from emulator_http import (
     request_started,
     send,
 )
-from emulator_storage import (
-    HASHING_SLOTS,
-    BucketNotFound,
-    Checksums,
-    PreconditionFailed,
-    copy_range,
-    file_checksums,
-    new_object_resource,
-)
+from server_store import BucketNotFound, Conflict, NotFound, PreconditionFailed, object_resource
+from server_sums import HASHING_SLOTS, Checksums, copy_range, file_checksums
 
 _RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)")
 _HEAD_BYTES = 1 << 20  # a multipart upload's metadata part lies within its first MiB
-
-
-class UploadError(Exception):
-    """One JSON API error answer: HTTP status, reason, message."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason = status, reason
-
-    def body(self) -> bytes:
-        return json.dumps(
-            {
-                "error": {
-                    "code": self.status,
-                    "message": str(self),
-                    "errors": [{"domain": "global", "reason": self.reason, "message": str(self)}],
-                }
-            }
-        ).encode()
 
 
 @dataclasses.dataclass
@@ -121,16 +56,13 @@ class _Session:
 
 
 class JSONUploads:
-    """The JSON API upload handlers over one GenerationStorage (emulator_storage.py)."""
+    """The JSON API upload handlers over one Store (server_store.py)."""
 
-    def __init__(
-        self, storage, make_object_resource, pacing: Pacing | None = None, inline_md5=False
-    ) -> None:
+    def __init__(self, storage, pacing: Pacing | None = None, inline_md5=False) -> None:
         """`inline_md5`: every upload's MD5 is computed while answering (LocalGCS's
         md5_in_upload_answers), not only that of a request sending one."""
         self._storage = storage
         self._inline_md5 = inline_md5
-        self._make_object = make_object_resource  # the emulator's own object resource builder
         self._pacing = pacing or Pacing()
         self._sessions: dict[str, _Session] = {}
         self._completed: dict[str, dict] = {}  # upload_id -> the object it made
@@ -141,14 +73,14 @@ class JSONUploads:
     def handle(self, handler, method: str, bucket: str, query: dict) -> None:
         """Answers one `/upload/storage/v1/b/{bucket}/o` request (query: parse_qs of the URL)."""
         started = request_started(handler)
-        json_type = {"Content-Type": "application/json; charset=UTF-8"}
+        json_type = {"Content-Type": JSON_TYPE}
         try:
             status, obj, headers, nbytes = self._route(handler, method, bucket, query)
             body = json.dumps(obj).encode() if obj is not None else b""
             if obj is not None:
                 headers = {**headers, **json_type}
-        except (UploadError, PreconditionFailed, BucketNotFound, BadRequestBody) as err:
-            error = _as_upload_error(err)
+        except (APIError, PreconditionFailed, BucketNotFound, BadRequestBody, ValueError) as err:
+            error = as_api_error(err)
             status, body, headers, nbytes = error.status, error.body(), json_type, 0
         self._pacing.pace(started, nbytes)  # errors too: every answer takes the latency
         send(handler, status, body, headers)
@@ -161,7 +93,7 @@ class JSONUploads:
             return self._chunk(handler, upload_id)
         kind = (query.get("uploadType") or [""])[0]
         if method != "POST" or kind not in ("media", "multipart", "resumable"):
-            raise UploadError(400, "invalid", f"unsupported upload: {method} uploadType={kind!r}")
+            raise APIError(400, "invalid", f"unsupported upload: {method} uploadType={kind!r}")
         if kind == "resumable":
             return self._start(handler, bucket, query)
         if kind == "multipart":
@@ -186,21 +118,20 @@ class JSONUploads:
         have = {"crc32c": sums.crc32c, "md5Hash": sums.md5}
         for field, value in sent:
             if value != have[field]:
-                raise UploadError(
+                raise APIError(
                     400,
                     "invalid",
                     f"Provided {field} {value!r} doesn't match the received "
                     f"bytes' {have[field]!r} (gs://{bucket}/{name})",
                 )
-        return new_object_resource(
-            self._make_object, handler, bucket, name, content_type, metadata, sums
-        )
+        host = handler.headers.get("Host") or "127.0.0.1"
+        return object_resource(host, bucket, name, content_type, metadata, sums)
 
     @staticmethod
     def _name(query: dict, metadata: dict | None) -> str:
         name = (query.get("name") or [None])[0] or (metadata or {}).get("name")
         if not name:
-            raise UploadError(400, "required", "Required parameter: name")
+            raise APIError(400, "required", "Required parameter: name")
         return name
 
     @staticmethod
@@ -230,17 +161,13 @@ class JSONUploads:
         self._storage.require_bucket(bucket)
         match = re.search(r'boundary="?([^";]+)"?', handler.headers.get("Content-Type") or "")
         if not match:
-            raise UploadError(400, "invalid", "multipart upload without a boundary")
+            raise APIError(400, "invalid", "multipart upload without a boundary")
         path = body_file(handler, self._storage)
         content = self._storage.new_temp_path()
         try:
             metadata, content_type, start, length = _split_multipart(path, match.group(1))
             name = self._name(query, metadata)
-            fd = os.open(content, os.O_WRONLY)
-            try:
-                copy_range(path, fd, 0, length, src_offset=start)
-            finally:
-                os.close(fd)
+            copy_range(path, content, 0, length, src_offset=start)
             obj, size = self._commit(handler, bucket, name, content, content_type, metadata, query)
         finally:
             for p in (path, content):
@@ -255,7 +182,7 @@ class JSONUploads:
         try:
             metadata = json.loads(raw) if raw.strip() else {}
         except ValueError as err:
-            raise UploadError(400, "parseError", f"resumable metadata is not JSON: {err}") from err
+            raise APIError(400, "parseError", f"resumable metadata is not JSON: {err}") from err
         name = self._name(query, metadata)
         with self._storage.lock:
             self._storage.require_bucket(bucket)
@@ -291,7 +218,7 @@ class JSONUploads:
         with self._lock:
             session = self._sessions.pop(upload_id, None)
         if session is None:
-            raise UploadError(404, "notFound", f"No such upload session: {upload_id}")
+            raise APIError(404, "notFound", f"No such upload session: {upload_id}")
         with session.lock:
             if os.path.exists(session.path):
                 os.unlink(session.path)
@@ -306,11 +233,11 @@ class JSONUploads:
                 body_file_path = body_file(handler, self._storage)  # drain, then report it
                 os.unlink(body_file_path)
                 return 200, done, {}, 0
-            raise UploadError(404, "notFound", f"No such upload session: {upload_id}")
+            raise APIError(404, "notFound", f"No such upload session: {upload_id}")
         header = (handler.headers.get("Content-Range") or "").strip()
         match = _RANGE.fullmatch(header) if header else None
         if header and match is None:
-            raise UploadError(400, "invalid", f"bad Content-Range {header!r}")
+            raise APIError(400, "invalid", f"bad Content-Range {header!r}")
         path = body_file(handler, self._storage)
         try:
             with session.lock:
@@ -318,7 +245,7 @@ class JSONUploads:
                     with self._lock:
                         done = self._completed.get(upload_id)
                     if done is None:
-                        raise UploadError(404, "notFound", f"No such upload session: {upload_id}")
+                        raise APIError(404, "notFound", f"No such upload session: {upload_id}")
                     return 200, done, {}, 0
                 size = os.path.getsize(path)
                 if match is None:  # the whole object in one request
@@ -326,19 +253,19 @@ class JSONUploads:
                 elif match.group(1) is None:  # bytes */T: the status query
                     first, total = session.committed, _total(match.group(3))
                     if size:
-                        raise UploadError(400, "invalid", "a status query carries no body")
+                        raise APIError(400, "invalid", "a status query carries no body")
                 else:
                     first, last = int(match.group(1)), int(match.group(2))
                     total = _total(match.group(3))
                     if last - first + 1 != size:
-                        raise UploadError(
+                        raise APIError(
                             400,
                             "invalid",
                             f"Content-Range {header!r} declares "
                             f"{last - first + 1} bytes, the body has {size}",
                         )
                 if first > session.committed:
-                    raise UploadError(
+                    raise APIError(
                         400,
                         "invalid",
                         f"chunk starts at byte {first}, but only "
@@ -349,7 +276,7 @@ class JSONUploads:
                 if size > skip:
                     self._append(session, path, skip, size - skip)
                 if total is not None and session.committed > total:
-                    raise UploadError(
+                    raise APIError(
                         400,
                         "invalid",
                         f"{session.committed} bytes committed, more than the "
@@ -380,11 +307,7 @@ class JSONUploads:
         if session.committed == 0 and offset == 0:
             os.replace(path, session.path)  # the first chunk becomes the session's file
         else:
-            fd = os.open(session.path, os.O_WRONLY)
-            try:
-                copy_range(path, fd, session.committed, length, src_offset=offset)
-            finally:
-                os.close(fd)
+            copy_range(path, session.path, session.committed, length, src_offset=offset)
         session.committed += length
 
     def _finish(self, handler, upload_id: str, session: _Session) -> dict:
@@ -413,14 +336,17 @@ class JSONUploads:
         return obj
 
 
-def _as_upload_error(err: Exception) -> UploadError:
-    if isinstance(err, UploadError):
+def as_api_error(err: Exception) -> APIError:
+    """The JSON API answer to an error of the store, of a request body or an APIError."""
+    if isinstance(err, APIError):
         return err
-    if isinstance(err, PreconditionFailed):
-        return UploadError(412, "conditionNotMet", f"Precondition Failed: {err}")
-    if isinstance(err, BucketNotFound):
-        return UploadError(404, "notFound", f"The specified bucket does not exist: {err}")
-    return UploadError(400, "invalid", f"Bad request body: {err}")
+    status, reason = {
+        PreconditionFailed: (412, "conditionNotMet"),
+        BucketNotFound: (404, "notFound"),
+        NotFound: (404, "notFound"),
+        Conflict: (409, "conflict"),
+    }.get(type(err), (400, "invalid"))
+    return APIError(status, reason, str(err))
 
 
 def _total(text: str) -> int | None:
@@ -444,17 +370,17 @@ def _split_multipart(path: str, boundary: str) -> tuple[dict, str, int, int]:
     delim = b"--" + boundary.encode()
     first = head.find(delim)
     if first < 0:
-        raise UploadError(400, "invalid", f"multipart body without the boundary {boundary!r}")
+        raise APIError(400, "invalid", f"multipart body without the boundary {boundary!r}")
     eol = b"\r\n" if head[first + len(delim) : first + len(delim) + 2] == b"\r\n" else b"\n"
     headers_end = head.find(eol + eol, first)
     second = head.find(eol + delim + eol, headers_end)
     content_headers_end = head.find(eol + eol, second + len(eol))
     if min(headers_end, second, content_headers_end) < 0:
-        raise UploadError(400, "invalid", "multipart body without its two parts")
+        raise APIError(400, "invalid", "multipart body without its two parts")
     try:
         metadata = json.loads(head[headers_end + 2 * len(eol) : second] or b"{}")
     except ValueError as err:
-        raise UploadError(400, "parseError", f"multipart metadata is not JSON: {err}") from err
+        raise APIError(400, "parseError", f"multipart metadata is not JSON: {err}") from err
     content_type = "application/octet-stream"
     for line in head[second + 2 * len(eol) + len(delim) : content_headers_end].split(eol):
         key, _, value = line.decode("latin-1").partition(":")
@@ -463,8 +389,8 @@ def _split_multipart(path: str, boundary: str) -> tuple[dict, str, int, int]:
     start = content_headers_end + 2 * len(eol)
     end_at = tail.rfind(eol + delim + b"--")
     if end_at < 0:
-        raise UploadError(400, "invalid", "multipart body without its closing delimiter")
+        raise APIError(400, "invalid", "multipart body without its closing delimiter")
     end = tail_at + end_at
     if end < start:
-        raise UploadError(400, "invalid", "multipart content part ends before it starts")
+        raise APIError(400, "invalid", "multipart content part ends before it starts")
     return metadata, metadata.get("contentType") or content_type, start, end - start

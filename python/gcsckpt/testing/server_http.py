@@ -1,63 +1,76 @@
-"""Request bodies as files and plain answers, for the upload handlers of emulator_main.py.
+"""Request bodies as files and plain answers, for the handlers of server_main.py.
 
 An upload body is always a file on the data disk, so committing it is a rename and hashing it
-one read (emulator_storage.py). Behind nginx the body is the file nginx already wrote (its
-path comes in `X-Gcsckpt-Body-File`, see nginx_config.py); a request that comes straight to the
-emulator has its body streamed from the socket into a temp file.
+one read (server_store.py). Behind nginx the body is the file nginx already wrote (its path
+comes in `X-Gcsckpt-Body-File`, see nginx_config.py); a request that comes straight to the
+server has its body streamed from the socket into a temp file.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import time
 
-# First path segments of the JSON API (and of the emulator's own routes); any other
-# `/BUCKET/OBJECT` path is the XML API (emulator_main.py routes it, nginx_config.py too).
+# First path segments of the JSON API; any other `/BUCKET/OBJECT` path is the XML API
+# (server_main.py routes it, nginx_config.py too).
 JSON_API_ROOTS = ("storage", "upload", "download", "batch", "b", "wipe")
+UPLOADS_DIR = ".uploads"  # under the data dir: upload bodies, resumable sessions, XML parts
 BODY_FILE_HEADER = "X-Gcsckpt-Body-File"  # set by nginx: the file holding the request body
 ELAPSED_HEADER = "X-Gcsckpt-Elapsed"  # set by nginx: seconds since the request's first byte
 _COPY_CHUNK_BYTES = 1 << 20
+JSON_TYPE = "application/json; charset=UTF-8"
+
+
+class APIError(Exception):
+    """One JSON API error answer: HTTP status, reason, message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason = status, reason
+
+    def body(self) -> bytes:
+        errors = [{"domain": "global", "reason": self.reason, "message": str(self)}]
+        answer = {"error": {"code": self.status, "message": str(self), "errors": errors}}
+        return json.dumps(answer).encode()
+
+    def send(self, handler) -> None:
+        """Writes this answer (JSON body)."""
+        send(handler, self.status, self.body(), {"Content-Type": JSON_TYPE})
 
 
 class BadRequestBody(Exception):
     """The request body cannot be read as declared (length, chunking, body file)."""
 
 
-def _stream_to_file(rfile, headers, path: str) -> int:
-    """Copies the request body (Content-Length or chunked) from `rfile` to `path`; bytes."""
-    buf = bytearray(_COPY_CHUNK_BYTES)
-    view = memoryview(buf)
-    total = 0
-    with open(path, "wb", buffering=0) as out:
-        length = headers.get("Content-Length")
-        if length is not None:
-            left = int(length)
-            while left > 0:
-                n = rfile.readinto(view[: min(left, len(buf))])
-                if not n:
-                    raise BadRequestBody(f"body ended after {total} of {length} bytes")
-                out.write(view[:n])
-                left -= n
-                total += n
-            return total
-        if (headers.get("Transfer-Encoding") or "").lower() != "chunked":
-            return 0
-        while True:
-            size = int(rfile.readline().split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                while rfile.readline() not in (b"\r\n", b"\n", b""):
-                    pass  # trailers
-                return total
-            left = size
-            while left > 0:
-                n = rfile.readinto(view[: min(left, len(buf))])
-                if not n:
-                    raise BadRequestBody("chunked body ended early")
-                out.write(view[:n])
-                left -= n
-                total += n
-            rfile.readline()
+def body_chunks(rfile, headers):
+    """The request body (Content-Length, chunked, or none) read from `rfile`, as an iterator
+    of bytes chunks of at most _COPY_CHUNK_BYTES.
+
+    Raises:
+      BadRequestBody: the body ends before it declared.
+    """
+
+    def exactly(n: int):
+        while n > 0:
+            chunk = rfile.read(min(n, _COPY_CHUNK_BYTES))
+            if not chunk:
+                raise BadRequestBody(f"request body ended {n} bytes early")
+            n -= len(chunk)
+            yield chunk
+
+    length = headers.get("Content-Length")
+    if length is not None:
+        yield from exactly(int(length))
+        return
+    if (headers.get("Transfer-Encoding") or "").lower() != "chunked":
+        return
+    while size := int(rfile.readline().split(b";")[0].strip() or b"0", 16):
+        yield from exactly(size)
+        rfile.readline()
+    while rfile.readline() not in (b"\r\n", b"\n", b""):
+        pass  # trailers
 
 
 def body_file(handler, storage) -> str:
@@ -78,7 +91,9 @@ def body_file(handler, storage) -> str:
         os.link(given, path)
         return path
     try:
-        _stream_to_file(handler.rfile, handler.headers, path)
+        with open(path, "wb", buffering=0) as out:
+            for chunk in body_chunks(handler.rfile, handler.headers):
+                out.write(chunk)
     except BaseException:
         os.unlink(path)
         raise

@@ -1,43 +1,17 @@
-"""The XML API uploads of LocalGCS: simple PUT and multipart upload (MPU); used by emulator_main.py.
+"""The XML API uploads of LocalGCS: simple PUT and multipart upload (MPU); used by server_main.py.
 
-Why: google-cloud-storage's `transfer_manager.upload_chunks_concurrently`, and with it the
-writers of multi-storage-client and gcs-torch-dataflux, upload large objects with the XML MPU
-(`{api_endpoint}/{bucket}/{quoted object}`, path style on the same host as the JSON API, also
-with STORAGE_EMULATOR_HOST); gcp-storage-emulator has none of it. Implemented as GCS documents
-it (https://cloud.google.com/storage/docs/xml-api/post-object-multipart and its neighbours):
-
-- `PUT /B/O` (no query): the body becomes the object; `x-goog-if-generation-match`,
-  `Content-MD5` / `x-goog-hash` checked; answers `x-goog-generation`, `x-goog-hash:
-  crc32c=..`, and ETag `"<generation>-<size hex>"` (the ETag nginx answers for reads of that
-  generation). Only a request that sends an MD5 (`Content-MD5`, `x-goog-hash: md5=..`) has it
-  computed while answering (as GCS, ETag `"<md5 hex>"` and `md5=..` in x-goog-hash then);
-  otherwise the object's md5Hash is computed later (emulator_storage.LazyMD5), for its JSON
-  metadata.
-- `POST /B/O?uploads`: InitiateMultipartUploadResult with an UploadId; Content-Type and
-  `x-goog-meta-*` are kept for the object; `x-goog-if-generation-match` is checked here and
-  again at completion.
-- `PUT /B/O?partNumber=N&uploadId=U` (1 <= N <= 10000; a repeated N replaces the part): answers
-  ETag and `x-goog-hash: crc32c=..` of the part. GCS's part ETag is the part's MD5; here,
-  unless the request sends an MD5 (then as GCS, `md5=..` in x-goog-hash too), it is the
-  opaque `"<crc32c hex>-<size hex>-<N>"`, not MD5-based. Clients treat it as a token: google-
-  cloud-storage's XMLMPUPart keeps the answer's ETag and XMLMPUContainer sends it back in
-  CompleteMultipartUpload unread (so do multi-storage-client and gcs-torch-dataflux, through
-  them); they check only the x-goog-hash label of their checksum type (crc32c by default;
-  google-cloud-storage 2.19's transfer_manager defaults to md5, which needs md5 here,
-  LocalGCS(md5_in_upload_answers=True); its one user here, gcs-torch-dataflux, passes
-  crc32c).
-- `GET /B/O?uploadId=U`: ListPartsResult.
-- `POST /B/O?uploadId=U` with CompleteMultipartUpload: the listed parts, concatenated in the
-  kernel (copy_file_range), become the object in one commit (a new generation, atomically);
-  the object's crc32c is computed over the whole, its md5Hash later like any upload's (GCS
-  gives such objects none; here they have one, so that every object's metadata looks alike);
-  the answer's ETag is `"<generation>-<size hex>"`; `x-goog-if-generation-match`
-  (header, else the one given at initiation) answers 412. Errors as GCS: NoSuchUpload (404),
-  InvalidPart (400: a part not uploaded or its ETag differs), InvalidPartOrder (400: numbers
-  not ascending), EntityTooSmall (400: a part but the last under 5 MiB), MalformedXML (400).
-- `DELETE /B/O?uploadId=U`: 204; the parts are gone.
-
-Reads (`GET`/`HEAD /B/O`) are nginx's (from disk, like JSON media reads; see nginx_config.py).
+Why: google-cloud-storage's `transfer_manager.upload_chunks_concurrently` (and the writers of
+multi-storage-client and gcs-torch-dataflux on it) upload large objects with the XML MPU,
+path style on the JSON API's host. As GCS documents it (xml-api/post-object-multipart):
+`PUT /B/O` makes the object; `POST ?uploads` starts an upload (Content-Type, `x-goog-meta-*`
+kept); `PUT ?partNumber=N&uploadId=U` stores a part; `GET ?uploadId=U` lists them; `POST
+?uploadId=U` with CompleteMultipartUpload concatenates the listed parts in the kernel into one
+new generation; `DELETE ?uploadId=U` drops them. `x-goog-if-generation-match` answers 412 (at
+initiation and completion); errors as GCS (NoSuchUpload, InvalidPart, InvalidPartOrder,
+EntityTooSmall, MalformedXML). ETags: the MD5 hex when the request sent an MD5 to check, else
+`<generation>-<size hex>` for objects (nginx's ETag of that generation) and the opaque
+`<crc32c hex>-<size hex>-<N>` for parts, which clients send back unread (they check only the
+x-goog-hash label of their checksum, crc32c by default). Reads are nginx's, from disk.
 """
 
 from __future__ import annotations
@@ -51,7 +25,7 @@ import threading
 import xml.etree.ElementTree as ET
 from xml.sax.saxutils import escape
 
-from emulator_http import (
+from server_http import (
     BadRequestBody,
     Pacing,
     body_file,
@@ -60,14 +34,8 @@ from emulator_http import (
     request_started,
     send,
 )
-from emulator_storage import (
-    BucketNotFound,
-    Checksums,
-    PreconditionFailed,
-    copy_range,
-    file_checksums,
-    new_object_resource,
-)
+from server_store import BucketNotFound, PreconditionFailed, object_resource
+from server_sums import Checksums, concatenate, file_checksums
 
 S3_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
 MIN_PART_BYTES = 5 << 20  # every part but the last
@@ -81,28 +49,39 @@ _HEADER_FIELDS = {
 }
 
 
-class XMLError(Exception):
-    """One GCS XML API error answer: status, Code, Message, Details."""
+# GCS's Message for each error Code (what these answers use of its error table).
+_MESSAGES = {
+    "BadDigest": "The digest you specified did not match what we received.",
+    "EntityTooSmall": "Your proposed upload is smaller than the minimum allowed object size.",
+    "IncompleteBody": "The request body is incomplete.",
+    "InvalidArgument": "Part number must be an integer between 1 and 10000, inclusive.",
+    "InvalidPart": "One or more of the specified parts could not be found.",
+    "InvalidPartOrder": "The list of parts was not in ascending order.",
+    "MalformedXML": "The XML you provided was not well-formed.",
+    "NoSuchBucket": "The specified bucket does not exist.",
+    "NoSuchUpload": "The requested upload was not found.",
+    "NotImplemented": "A header or query you provided implies functionality not implemented.",
+    "PreconditionFailed": "At least one of the pre-conditions you specified did not hold.",
+}
 
-    def __init__(self, status: int, code: str, message: str, details: str = "") -> None:
-        super().__init__(f"{status} {code}: {message} {details}")
-        self.status, self.code, self.message, self.details = status, code, message, details
+
+class XMLError(Exception):
+    """One GCS XML API error answer: status, Code (a key of _MESSAGES), Details."""
+
+    def __init__(self, status: int, code: str, details: str = "") -> None:
+        super().__init__(f"{status} {code}: {_MESSAGES[code]} {details}")
+        self.status, self.code, self.details = status, code, details
 
     def body(self) -> bytes:
         return (
             "<?xml version='1.0' encoding='UTF-8'?><Error>"
-            f"<Code>{escape(self.code)}</Code><Message>{escape(self.message)}</Message>"
+            f"<Code>{escape(self.code)}</Code><Message>{escape(_MESSAGES[self.code])}</Message>"
             f"<Details>{escape(self.details)}</Details></Error>"
         ).encode()
 
 
 def _no_such_upload(upload_id: str) -> XMLError:
-    return XMLError(
-        404,
-        "NoSuchUpload",
-        "The requested upload was not found.",
-        f"No such upload: {upload_id}",
-    )
+    return XMLError(404, "NoSuchUpload", f"No such upload: {upload_id}")
 
 
 @dataclasses.dataclass
@@ -161,35 +140,24 @@ def _check_digests(headers, sums: Checksums) -> None:
     """Content-MD5 and x-goog-hash sent by the client must match the bytes received."""
     sent_md5 = headers.get("Content-MD5")
     if sent_md5 and sent_md5 != sums.md5:
-        raise XMLError(
-            400,
-            "BadDigest",
-            "The Content-MD5 you specified did not match what we received.",
-            f"Content-MD5 {sent_md5}, received bytes have {sums.md5}",
-        )
+        raise XMLError(400, "BadDigest", f"Content-MD5 {sent_md5}, received bytes have {sums.md5}")
     for label, value in goog_hashes(headers):
         have = {"crc32c": sums.crc32c, "md5": sums.md5}.get(label)
         if have is not None and value != have:
             raise XMLError(
-                400,
-                "BadDigest",
-                f"The {label} you specified did not match what we received.",
-                f"x-goog-hash {label}={value}, received bytes have {have}",
+                400, "BadDigest", f"x-goog-hash {label}={value}, received bytes have {have}"
             )
 
 
 class XMLUploads:
-    """The XML API upload handlers over one GenerationStorage (emulator_storage.py)."""
+    """The XML API upload handlers over one Store (server_store.py)."""
 
-    def __init__(
-        self, storage, make_object_resource, pacing: Pacing | None = None, inline_md5=False
-    ) -> None:
+    def __init__(self, storage, pacing: Pacing | None = None, inline_md5=False) -> None:
         """`inline_md5`: every upload's MD5 is computed while answering (LocalGCS's
         md5_in_upload_answers): ETags and x-goog-hash as GCS's."""
         self._storage = storage
         self._inline_md5 = inline_md5
         self._pacing = pacing or Pacing()
-        self._make_object = make_object_resource  # the emulator's own object resource builder
         self._sessions: dict[str, _Session] = {}
         self._lock = threading.Lock()
 
@@ -198,22 +166,15 @@ class XMLUploads:
         handler.gcs_started = request_started(handler)  # per request (threads share self)
         try:
             self._route(handler, method, bucket, name, query)
-        except XMLError as err:
+        except (XMLError, PreconditionFailed, BucketNotFound, BadRequestBody) as err:
+            if not isinstance(err, XMLError):
+                status, code = {
+                    PreconditionFailed: (412, "PreconditionFailed"),
+                    BucketNotFound: (404, "NoSuchBucket"),
+                    BadRequestBody: (400, "IncompleteBody"),
+                }[type(err)]
+                err = XMLError(status, code, str(err))
             self._answer(handler, err.status, err.body(), {"Content-Type": "application/xml"})
-        except PreconditionFailed as err:
-            e = XMLError(
-                412,
-                "PreconditionFailed",
-                "At least one of the pre-conditions you specified did not hold.",
-                str(err),
-            )
-            self._answer(handler, 412, e.body(), {"Content-Type": "application/xml"})
-        except BucketNotFound as err:
-            e = XMLError(404, "NoSuchBucket", "The specified bucket does not exist.", str(err))
-            self._answer(handler, 404, e.body(), {"Content-Type": "application/xml"})
-        except BadRequestBody as err:
-            e = XMLError(400, "IncompleteBody", "The request body is incomplete.", str(err))
-            self._answer(handler, 400, e.body(), {"Content-Type": "application/xml"})
 
     def _answer(self, handler, status, body=b"", headers=None, nbytes: int = 0) -> None:
         """Sends one answer once the latency model allows (`nbytes`: body bytes received)."""
@@ -234,19 +195,13 @@ class XMLUploads:
             return self._abort(handler, bucket, name, upload_id)
         if method == "GET" and upload_id is not None:
             return self._list_parts(handler, bucket, name, upload_id)
-        raise XMLError(
-            501,
-            "NotImplemented",
-            "A header or query you provided implies functionality that is not implemented.",
-            f"{method} {handler.path}",
-        )
+        raise XMLError(501, "NotImplemented", f"{method} {handler.path}")
 
     # simple upload -----------------------------------------------------------------------------
 
     def _new_object(self, handler, bucket: str, name: str, content_type, meta, sums) -> dict:
-        return new_object_resource(
-            self._make_object, handler, bucket, name, content_type, meta, sums
-        )
+        host = handler.headers.get("Host") or "127.0.0.1"
+        return object_resource(host, bucket, name, content_type, meta, sums)
 
     def _object_headers(self, obj: dict, sums: Checksums) -> dict[str, str]:
         etag = sums.md5_hex if sums.md5_hex is not None else obj["etag"]
@@ -306,12 +261,7 @@ class XMLUploads:
         session = self._session(bucket, name, upload_id)
         raw = (query.get("partNumber") or [""])[0]
         if not re.fullmatch(r"[0-9]{1,5}", raw) or not 1 <= int(raw) <= MAX_PART_NUMBER:
-            raise XMLError(
-                400,
-                "InvalidArgument",
-                "Part number must be an integer between 1 and 10000, inclusive.",
-                f"partNumber={raw!r}",
-            )
+            raise XMLError(400, "InvalidArgument", f"partNumber={raw!r}")
         number = int(raw)
         path = body_file(handler, self._storage)
         try:
@@ -353,38 +303,20 @@ class XMLUploads:
         try:
             root = ET.fromstring(doc)
         except ET.ParseError as err:
-            raise XMLError(
-                400,
-                "MalformedXML",
-                "The XML you provided was not well-formed or did not "
-                "validate against our published schema.",
-                str(err),
-            ) from err
+            raise XMLError(400, "MalformedXML", str(err)) from err
         local = lambda tag: tag.rsplit("}", 1)[-1]  # noqa: E731 (namespace optional)
         listed = []
         if local(root.tag) != "CompleteMultipartUpload":
-            raise XMLError(
-                400,
-                "MalformedXML",
-                "The XML you provided was not well-formed.",
-                f"root element {local(root.tag)!r}",
-            )
+            raise XMLError(400, "MalformedXML", f"root element {local(root.tag)!r}")
         for part in root:
             if local(part.tag) != "Part":
                 continue
             fields = {local(child.tag): (child.text or "").strip() for child in part}
             if not re.fullmatch(r"[0-9]{1,5}", fields.get("PartNumber", "")):
-                raise XMLError(
-                    400,
-                    "MalformedXML",
-                    "The XML you provided was not well-formed.",
-                    f"PartNumber {fields.get('PartNumber')!r}",
-                )
+                raise XMLError(400, "MalformedXML", f"PartNumber {fields.get('PartNumber')!r}")
             listed.append((int(fields["PartNumber"]), fields.get("ETag", "").strip('"')))
         if not listed:
-            raise XMLError(
-                400, "MalformedXML", "The XML you provided was not well-formed.", "no Part elements"
-            )
+            raise XMLError(400, "MalformedXML", "no Part elements")
         return listed
 
     def _complete(self, handler, bucket, name, upload_id) -> None:
@@ -395,53 +327,30 @@ class XMLUploads:
                 raise _no_such_upload(upload_id)
             numbers = [n for n, _ in listed]
             if any(b <= a for a, b in zip(numbers, numbers[1:], strict=False)):
-                raise XMLError(
-                    400,
-                    "InvalidPartOrder",
-                    "The list of parts was not in ascending order. The "
-                    "parts list must be specified in order by part number.",
-                    f"parts {numbers}",
-                )
+                raise XMLError(400, "InvalidPartOrder", f"parts {numbers}")
             chosen = []
             for n, etag in listed:
                 part = session.parts.get(n)
                 if part is None or etag != part.etag:
-                    raise XMLError(
-                        400,
-                        "InvalidPart",
-                        "One or more of the specified parts could not be "
-                        "found. The part might not have been uploaded, or the specified entity "
-                        "tag might not have matched the part's entity tag.",
-                        f"part {n}: "
-                        + (
-                            "not uploaded"
-                            if part is None
-                            else f"ETag {etag!r}, uploaded {part.etag!r}"
-                        ),
+                    why = (
+                        "not uploaded" if part is None else f"ETag {etag!r}, uploaded {part.etag!r}"
                     )
+                    raise XMLError(400, "InvalidPart", f"part {n}: {why}")
                 chosen.append((n, part))
             for n, part in chosen[:-1]:
                 if part.sums.size < MIN_PART_BYTES:
                     raise XMLError(
                         400,
                         "EntityTooSmall",
-                        "Your proposed upload is smaller than the minimum allowed object size.",
-                        f"part {n} has {part.sums.size} bytes, every "
-                        f"part but the last needs {MIN_PART_BYTES}",
+                        f"part {n} has {part.sums.size} bytes, every part but the last "
+                        f"needs {MIN_PART_BYTES}",
                     )
             wanted = handler.headers.get("x-goog-if-generation-match") or (
                 session.if_generation_match
             )
             whole = self._storage.new_temp_path()
             try:
-                fd = os.open(whole, os.O_WRONLY)
-                try:
-                    at = 0
-                    for _, part in chosen:
-                        copy_range(part.path, fd, at, part.sums.size)
-                        at += part.sums.size
-                finally:
-                    os.close(fd)
+                concatenate([part.path for _, part in chosen], whole)
                 sums = file_checksums(whole, md5=self._inline_md5)
                 obj = self._new_object(
                     handler, bucket, name, session.content_type, session.metadata, sums

@@ -1,5 +1,5 @@
-"""The emulator's lazy MD5 (emulator_storage.LazyMD5 and the GenerationStorage around it) and
-its `.meta` flusher, in process, without servers: a pending md5Hash is finished on demand by
+"""The store's lazy MD5 (server_sums.LazyMD5 and server_store.Store around it) and its `.meta`
+flusher, in process, without servers: a pending md5Hash is finished on demand by
 metadata reads, listings and soft-deleted copies, unless the request's `fields` leave md5Hash
 out; a generation replaced or deleted while pending never lends its MD5 to another; the idle
 worker's progress is taken over, not repeated; the worker fills every object in; many commits
@@ -11,14 +11,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import sys
 import time
 
 import numpy as np
 import pytest
-from gcp_storage_emulator.storage import RESUMABLE_DIR, Storage
 
-from gcsckpt.testing import emulator_storage
-from gcsckpt.testing.emulator_storage import REQUEST, LazyMD5
+import gcsckpt.testing
+
+# The server's modules import each other as top-level modules (server_main.py runs as a script).
+sys.path.insert(0, os.path.dirname(gcsckpt.testing.__file__))
+import server_store  # noqa: E402
+from server_store import Store, selects_md5  # noqa: E402
+from server_sums import LazyMD5, file_checksums  # noqa: E402
 
 BUCKET = "lazy"
 STEP = 1 << 20  # LazyMD5's step
@@ -33,10 +38,7 @@ def _data(n: int, seed: int) -> bytes:
 
 
 def _storage(tmp_path, md5_worker: bool = False, retention_s: int | None = None):
-    storage_class = emulator_storage.make_storage_class(Storage, RESUMABLE_DIR)
-    storage = storage_class(
-        use_memory_fs=False, data_dir=str(tmp_path / "data"), md5_worker=md5_worker
-    )
+    storage = Store(str(tmp_path / "data"), md5_worker=md5_worker)
     bucket = {"name": BUCKET}
     if retention_s is not None:
         bucket["softDeletePolicy"] = {"retentionDurationSeconds": retention_s}
@@ -49,7 +51,7 @@ def _commit(storage, name: str, data: bytes) -> dict:
     src = storage.new_temp_path()
     with open(src, "wb") as f:
         f.write(data)
-    sums = emulator_storage.file_checksums(src)
+    sums = file_checksums(src)
     assert sums.md5 is None and sums.md5_hex is None
     obj = {"bucket": BUCKET, "name": name, "size": str(len(data)), "crc32c": sums.crc32c}
     with storage.lock:
@@ -90,13 +92,13 @@ def test_answers_finish_a_pending_md5(tmp_path):
     assert "md5Hash" not in storage.objects[BUCKET]["a"]
     assert storage.pending_md5(BUCKET, "a") is not None
     with storage.lock:
-        assert storage.get_file_obj(BUCKET, "a")["md5Hash"] == _md5_b64(data)
+        assert storage.get_object(BUCKET, "a")["md5Hash"] == _md5_b64(data)
     assert storage.pending_md5(BUCKET, "a") is None
     assert "md5Hash" not in answer  # the upload's own answer is not changed afterwards
 
     _commit(storage, "b", b"listed")
     with storage.lock:
-        objs, _ = storage.get_file_list(BUCKET, prefix="b")
+        objs, _ = storage.list_objects(BUCKET, prefix="b")
     assert [(o["name"], o["md5Hash"]) for o in objs] == [("b", _md5_b64(b"listed"))]
 
 
@@ -114,13 +116,10 @@ def test_answers_finish_a_pending_md5(tmp_path):
 def test_a_fields_selector_without_md5hash_computes_none(tmp_path, fields, selected):
     storage = _storage(tmp_path)
     _commit(storage, "f", b"fields")
-    REQUEST.query = {"fields": [fields]} if fields else {}
-    try:
-        with storage.lock:
-            listed, _ = storage.get_file_list(BUCKET)
-            obj = storage.get_file_obj(BUCKET, "f")
-    finally:
-        REQUEST.query = {}
+    md5 = selects_md5({"fields": [fields]} if fields else {})
+    with storage.lock:
+        listed, _ = storage.list_objects(BUCKET, md5=md5)
+        obj = storage.get_object(BUCKET, "f", md5=md5)
     assert listed == [obj]
     assert obj.get("md5Hash") == (_md5_b64(b"fields") if selected else None)
     assert (storage.pending_md5(BUCKET, "f") is None) == selected
@@ -136,7 +135,7 @@ def test_overwrite_while_pending_gives_the_live_generations_md5(tmp_path):
     storage.compute_md5(stale)
     assert "md5Hash" not in storage.objects[BUCKET]["o"]
     with storage.lock:
-        obj = storage.get_file_obj(BUCKET, "o")
+        obj = storage.get_object(BUCKET, "o")
     assert (obj["generation"], obj["md5Hash"]) == (new["generation"], _md5_b64(b"new bytes"))
 
 
@@ -162,18 +161,18 @@ def test_delete_while_pending(tmp_path, retention_s):
     gone = _commit(storage, "d", b"deleted")
     stale = storage.pending_md5(BUCKET, "d")
     with storage.lock:
-        storage.delete_file(BUCKET, "d")
+        storage.delete_object(BUCKET, "d")
     assert storage.pending_md5(BUCKET, "d") is None
     storage.compute_md5(stale)  # the worker's turn comes after the delete: no crash
     if retention_s is None:  # the soft-deleted copy gets the MD5 of its bytes when asked
         assert "md5Hash" not in storage.soft_deleted[BUCKET]["d"][gone["generation"]]
         with storage.lock:
-            listed, _ = storage.get_file_list(BUCKET, soft_deleted=True)
-            soft = storage.get_soft_deleted_file_obj(BUCKET, "d", gone["generation"])
+            listed, _ = storage.list_objects(BUCKET, soft_deleted=True)
+            soft = storage.get_soft_deleted(BUCKET, "d", gone["generation"])
         assert listed == [soft] and soft["md5Hash"] == _md5_b64(b"deleted")
     again = _commit(storage, "d", b"recreated")
     with storage.lock:
-        obj = storage.get_file_obj(BUCKET, "d")
+        obj = storage.get_object(BUCKET, "d")
     assert (obj["generation"], obj["md5Hash"]) == (again["generation"], _md5_b64(b"recreated"))
 
 
@@ -194,12 +193,11 @@ def test_a_reused_data_dir_queues_what_was_pending(tmp_path):
     storage = _storage(tmp_path)
     _commit(storage, "kept", b"from the last run")
     assert "md5Hash" not in storage.objects[BUCKET]["kept"]
-    storage.flush_metadata()  # what emulator_main does when it stops
-    storage_class = emulator_storage.make_storage_class(Storage, RESUMABLE_DIR)
-    reopened = storage_class(use_memory_fs=False, data_dir=str(tmp_path / "data"), md5_worker=False)
+    storage.flush_metadata()  # what server_main does when it stops
+    reopened = Store(str(tmp_path / "data"), md5_worker=False)
     assert reopened.pending_md5(BUCKET, "kept") is not None
     with reopened.lock:
-        assert reopened.get_file_obj(BUCKET, "kept")["md5Hash"] == _md5_b64(b"from the last run")
+        assert reopened.get_object(BUCKET, "kept")["md5Hash"] == _md5_b64(b"from the last run")
 
 
 def _meta_names(tmp_path) -> set[str]:
@@ -212,16 +210,16 @@ def _meta_names(tmp_path) -> set[str]:
 
 
 def test_meta_is_written_by_the_flusher_not_by_every_commit(tmp_path, monkeypatch):
-    monkeypatch.setattr(emulator_storage, "META_FLUSH_S", 0.2)
+    monkeypatch.setattr(server_store, "META_FLUSH_S", 0.2)
     storage = _storage(tmp_path)
     writes = []
-    real_write = Storage._write_config_to_file
+    real_write = Store._write_meta
 
     def counting_write(self):
         writes.append(1)
         return real_write(self)
 
-    monkeypatch.setattr(Storage, "_write_config_to_file", counting_write)
+    monkeypatch.setattr(Store, "_write_meta", counting_write)
     names = {f"obj{i}" for i in range(30)}
     for name in sorted(names):
         _commit(storage, name, b"x" * 100)
@@ -233,17 +231,15 @@ def test_meta_is_written_by_the_flusher_not_by_every_commit(tmp_path, monkeypatc
 
 
 def test_flush_metadata_writes_what_a_restart_reads(tmp_path, monkeypatch):
-    monkeypatch.setattr(emulator_storage, "META_FLUSH_S", 3600)  # only the explicit flush
+    monkeypatch.setattr(server_store, "META_FLUSH_S", 3600)  # only the explicit flush
     storage = _storage(tmp_path)
     data = _data(5000, 7)
     _commit(storage, "kept", data)
     storage.flush_metadata()
     assert _meta_names(tmp_path) == {"kept"}
     storage.flush_metadata()  # nothing changed: no rewrite needed, still the same
-    again = emulator_storage.make_storage_class(Storage, RESUMABLE_DIR)(
-        use_memory_fs=False, data_dir=str(tmp_path / "data"), md5_worker=False
-    )
-    obj = again.get_file_obj(BUCKET, "kept")
+    again = Store(str(tmp_path / "data"), md5_worker=False)
+    obj = again.get_object(BUCKET, "kept", md5=False)
     assert int(obj["size"]) == len(data)
     with again.lock:
         assert again.fill_md5(dict(obj))["md5Hash"] == _md5_b64(data)
