@@ -18,7 +18,8 @@ takes ~3-4 minutes per round on the fsdp case (8,877 BYTE_IO items per rank, ~41
 it loads only that case, the one its target is set on (``-- --baseline_cases='*'`` adds ep,
 ``-- --baseline_rounds=3`` more rounds); saves run on the ep case only (``-- --save_cases='*'``
 adds fsdp); every round is a job on fresh rank processes (start-up, state building and
-checksums: 13-41 s a job here), so peers run 1 round (``-- --peer_rounds=2`` more).
+checksums; figures in docs/measurements.md, "Where a main-job run spends its time"), so peers
+run 1 round (``-- --peer_rounds=2`` more).
 Every flag of //bench:checkpoint_load passes through, e.g.
 ``-- --bucket=gs://b/p --model_scale=full``,
 ``-- --readers=gcsckpt,msc,dataflux,fsspec`` or ``-- --writers=gcsckpt,msc,dataflux,fsspec``
@@ -34,7 +35,7 @@ a reused data dir; from the same run's job times). Before these sizes (stock on 
 every writer verified by the stock FsspecReader) the job took ~46 minutes.
 """
 
-from gcsckpt.bench.runner.main import run
+from ckptbench.runner.main import run
 
 OLMOE_EP_DEFAULTS = {
     "cases": ["load-olmoe_1b_7b_0924-fsdp-ws8", "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"],

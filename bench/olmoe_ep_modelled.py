@@ -15,7 +15,7 @@ ep, each 30 ms away (tens of minutes per round).
 
 from olmoe_ep import OLMOE_EP_DEFAULTS
 
-from gcsckpt.bench.runner.main import run
+from ckptbench.runner.main import run
 
 MODELLED_DEFAULTS = {
     **OLMOE_EP_DEFAULTS,

@@ -1,6 +1,6 @@
 """bazel run //bench:range_read -- [--mode=full] [--output=range_read.json] [--tune]
 
-Range-read benchmark (see gcsckpt.bench.range_read.bench): gcsckpt's RangeReader at several
+Range-read benchmark (see ckptbench.range_read.bench): gcsckpt's RangeReader at several
 concurrencies vs gcsfs cat_ranges, google-cloud-storage download_chunks_concurrently and a raw
 parallel-GET ceiling, on a plain and a latency-modelled LocalGCS. Prints one table, writes JSON.
 The quick default takes ~1-2 minutes on 2 cores.
@@ -12,8 +12,8 @@ import os
 
 from absl import app, flags
 
-from gcsckpt.bench.range_read.bench import CLIENTS, Settings, run
-from gcsckpt.bench.range_read.ranges import parse_size
+from ckptbench.range_read.bench import CLIENTS, Settings, run
+from ckptbench.range_read.ranges import parse_size
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("mode", "quick", ["quick", "full"], "quick: 3 range sizes, 3 rounds; full: 5, 5.")

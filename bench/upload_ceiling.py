@@ -1,6 +1,6 @@
 """bazel run //bench:upload_ceiling -- [--object_size=64MiB] [--concurrency=16] [--rounds=3]
 
-The raw upload ceiling (gcsckpt.bench.ceiling.upload) of a plain and a latency-modelled
+The raw upload ceiling (ckptbench.ceiling.upload) of a plain and a latency-modelled
 LocalGCS (or of --endpoint): `concurrency` parallel single-request media uploads of one
 preallocated buffer per round, one keep-alive connection per thread. Prints one line per
 endpoint: median and best MB/s (1 MB = 1e6 bytes), seconds per round, load average.
@@ -13,8 +13,8 @@ import tempfile
 
 from absl import app, flags
 
-from gcsckpt.bench.ceiling import measure_upload_ceiling
-from gcsckpt.bench.range_read.ranges import parse_size, size_label
+from ckptbench.ceiling import measure_upload_ceiling
+from ckptbench.range_read.ranges import parse_size, size_label
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("object_size", "64MiB", "Bytes per upload.")

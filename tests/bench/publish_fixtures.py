@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 
-from gcsckpt.bench.record.case_result import (
+from ckptbench.record.case_result import (
     SCENARIO_WRITE,
     CaseInfo,
     CaseResult,
@@ -13,9 +13,10 @@ from gcsckpt.bench.record.case_result import (
     RoundRecord,
     RunContext,
 )
-from gcsckpt.bench.record.host import HostFacts
-from gcsckpt.bench.record.metrics import add_baseline_ratios, case_row
-from gcsckpt.bench.record.resources import ResourceUsage
+from ckptbench.record.host import HostFacts
+from ckptbench.record.metrics import add_baseline_ratios, case_row
+from ckptbench.record.resources import ResourceUsage
+from gcsckpt.parallel.dims import ParallelDims
 
 HOST = HostFacts(
     vcpu_count=2,
@@ -46,11 +47,13 @@ def case(name: str = "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2", replicate: int = 1) 
     return CaseInfo(
         name=name,
         model_id="olmoe_1b_7b_0924",
-        strategy="hsdp" if replicate > 1 else "ep",
-        world_size=2 * replicate,
-        data_parallel_size=2,
-        data_parallel_replicate_size=replicate,
-        expert_parallel_size=1 if replicate > 1 else 2,
+        dims=ParallelDims(
+            strategy="hsdp" if replicate > 1 else "ep",
+            world_size=2 * replicate,
+            dp_shard=2,
+            dp_replicate=replicate,
+            ep=1 if replicate > 1 else 2,
+        ),
         sweep_axis="strategy",
         model_scale="tiny",
     )

@@ -1,9 +1,16 @@
-"""The tiny benchmark run both runner end-to-end tests start from: tiny OLMoE fsdp + ep pair at
-world size 2 against a local endpoint."""
+"""The tiny benchmark run the runner end-to-end tests start from: tiny OLMoE fsdp + ep pair at
+world size 2 against a local endpoint; saving its checkpoints without timed rounds."""
 
 from __future__ import annotations
 
-from gcsckpt.bench.runner.config import RunConfig
+import contextlib
+import io
+from typing import TYPE_CHECKING
+
+from ckptbench.runner.config import RunConfig
+
+if TYPE_CHECKING:
+    from ckptbench.runner.manifest import SetupManifest
 
 # Names without the bucket type: the cases' object prefixes.
 FSDP_BASE = "load-olmoe_1b_7b_0924-fsdp-ws2"
@@ -27,6 +34,38 @@ def tiny_run_config(endpoint: str, bucket_url: str, output_dir, **changes) -> Ru
     )
     fields.update(changes)
     return RunConfig(**fields)
+
+
+class NoDisplay:
+    """A progress display that shows nothing (the runner's ``ProgressDisplay`` interface)."""
+
+    def phase(self, name, total=None):
+        return contextlib.nullcontext()
+
+    def drain(self, queue):
+        return 0
+
+
+def save_checkpoints(config: RunConfig) -> dict[str, SetupManifest]:
+    """Saves (or reuses) the checkpoint of every case ``config`` selects through the runner's own
+    setup step, with no timed round; case name -> its setup manifest.
+
+    Raises:
+      SetupError: a rank failed to save, or a save left no ``.metadata``.
+    """
+    # Imported here: ranks on the dataflux arm's venv import this module for interpreter_facts,
+    # and that venv has no matplotlib (the runner's publishers import it).
+    from ckptbench.runner.benchmark import _Run
+    from ckptbench.runner.launch import SpawnLauncher
+    from ckptbench.runner.storage import BenchStorage
+
+    with BenchStorage(config.bucket, config.endpoint) as storage:
+        launcher = SpawnLauncher(timeout_s=config.job_timeout_s)
+        run = _Run(config, storage, launcher, NoDisplay(), io.StringIO())
+        return {
+            case.name: run.ensure_checkpoint(case, storage.for_case(case.base_name))
+            for case in config.selected_cases()
+        }
 
 
 def interpreter_facts(rank: int) -> tuple[int, str, str, str]:

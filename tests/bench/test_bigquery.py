@@ -17,14 +17,14 @@ import duckdb
 import pytest
 from google.cloud import bigquery
 
-from gcsckpt.bench.publish.bigquery import (
+from ckptbench.publish.bigquery import (
     BigQueryPublishError,
     make_client,
     parse_table_id,
     publish_rows,
     schema_fields,
 )
-from gcsckpt.bench.publish.schema import (
+from ckptbench.publish.schema import (
     SCHEMA_PATH,
     Column,
     RowValidationError,
@@ -32,7 +32,7 @@ from gcsckpt.bench.publish.schema import (
     load_columns,
     validate_rows,
 )
-from gcsckpt.bench.record.metrics import THROUGHPUT_COLUMN
+from ckptbench.record.metrics import THROUGHPUT_COLUMN
 from tests.bench.publish_fixtures import RUN, MiB, save_rows, two_reader_rows
 
 PROJECT = "gcsckpt-test"

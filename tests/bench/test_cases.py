@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from gcsckpt.bench.cases.catalogue import (
+from ckptbench.cases.catalogue import (
     BUCKET_TYPES,
     CATALOGUE_PATH,
     Case,
@@ -51,7 +51,7 @@ def test_shipped_catalogue_has_the_twelve_cases():
 
 def test_cases_module_imports_no_torch():
     code = (
-        "import sys, gcsckpt.bench.cases.catalogue, gcsckpt.bench.cases.selection; "
+        "import sys, ckptbench.cases.catalogue, ckptbench.cases.selection; "
         "sys.exit('torch' in sys.modules)"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

@@ -1,12 +1,14 @@
 """metrics.case_row / add_baseline_ratios and the CaseResult inputs: exact values, null rules."""
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from gcsckpt.bench.publish.schema import column_names, load_columns, validate_rows
-from gcsckpt.bench.record.case_result import (
+from ckptbench.cases.catalogue import Case
+from ckptbench.publish.schema import column_names, load_columns, validate_rows
+from ckptbench.record.case_result import (
     CaseInfo,
     CaseResult,
     RankCounters,
@@ -14,7 +16,7 @@ from gcsckpt.bench.record.case_result import (
     RoundRecord,
     rss_bound_bytes,
 )
-from gcsckpt.bench.record.metrics import (
+from ckptbench.record.metrics import (
     DATA_PHASE_THROUGHPUT_COLUMN,
     RATIO_COLUMN,
     REFERENCE_RATIO_COLUMN,
@@ -24,6 +26,8 @@ from gcsckpt.bench.record.metrics import (
     case_row,
     round_duration_columns,
 )
+from gcsckpt.parallel.dims import SIZE_NAMES, ParallelDims
+from gcsckpt.parallel.strategies import LayoutError
 from tests.bench.publish_fixtures import (
     RUN,
     SIZE,
@@ -183,8 +187,8 @@ def test_baseline_ratio_skips_a_failed_baseline():
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: CaseInfo("c", "m", "fsdp", 0), "world_size"),
-        (lambda: CaseInfo("", "m", "fsdp", 1), "name"),
+        (lambda: CaseInfo("c", "m", ParallelDims("fsdp", 0)), "world_size"),
+        (lambda: CaseInfo("", "m", ParallelDims("fsdp", 1)), "name"),
         (lambda: RoundRecord([0.0, 0.0], [1.0]), "one start and one end"),
         (lambda: RoundRecord([0.0, 2.0], [1.0, 1.0]), "rank 1"),
         (lambda: RankCounters(requests=-1), "requests"),
@@ -200,33 +204,36 @@ def test_bad_inputs_raise_naming_the_field(build, message):
         build()
 
 
-def test_from_case_reads_catalogue_attributes():
-    class CatalogueCase:  # the attributes of gcsckpt.bench.cases.Case
-        name = "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8"
-        model = "olmoe_1b_7b_0924:scaled"
-        model_slug = "olmoe_1b_7b_0924"
-        strategy = "ep"
-        world_size = 8
-        data_parallel_size = 8
-        data_parallel_replicate_size = 1
-        tensor_parallel_size = 1
-        pipeline_parallel_size = 1
-        expert_parallel_size = 8
-        axis = "strategy"
-
-    info = CaseInfo.from_case(CatalogueCase(), model_scale="scaled")
-    assert info == CaseInfo(
-        name="load-olmoe_1b_7b_0924-ep-dp8ep8-ws8",
-        model_id="olmoe_1b_7b_0924",
+def test_from_case_records_the_catalogue_case_and_its_dims():
+    case = Case(
+        model="olmoe_1b_7b_0924:scaled",
         strategy="ep",
         world_size=8,
         data_parallel_size=8,
         expert_parallel_size=8,
+        axis="strategy",
+    )
+    info = CaseInfo.from_case(case, model_scale="scaled")
+    assert info == CaseInfo(
+        name="load-olmoe_1b_7b_0924-ep-dp8ep8-ws8",
+        model_id="olmoe_1b_7b_0924",
+        dims=ParallelDims("ep", 8, dp_shard=8, ep=8),
         sweep_axis="strategy",
         model_scale="scaled",
     )
-    with pytest.raises(ValueError, match="strategy"):
-        CaseInfo.from_case(type("Partial", (), {"name": "x", "model": "m", "world_size": 1})())
+    row = case_row(CaseResult(info, "gcsckpt", [round_of([(0, 1)] * 8)]), RUN)
+    assert {k: row[k] for k in SIZE_NAMES.values()} == {
+        "pipeline_parallel_size": 1,
+        "data_parallel_replicate_size": 1,
+        "data_parallel_size": 8,
+        "tensor_parallel_size": 1,
+        "expert_parallel_size": 8,
+    }
+    # A case whose sizes do not fit its strategy gets no record (the layout's own check).
+    with pytest.raises(LayoutError, match="strategy"):
+        CaseInfo.from_case(dataclasses.replace(case, strategy="tp"))
+    with pytest.raises(TypeError, match="ParallelDims"):
+        CaseInfo("load-x", "x", dims=case)
 
 
 def test_reader_options_must_be_json():

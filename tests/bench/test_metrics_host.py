@@ -3,7 +3,7 @@
 import os
 import subprocess
 
-from gcsckpt.bench.record.host import collect_host_facts, git_commit, package_version
+from ckptbench.record.host import collect_host_facts, git_commit, package_version
 
 
 def _git(repo, *args):

@@ -7,17 +7,17 @@ import json
 import matplotlib.image
 import pytest
 
-from gcsckpt.bench.publish.plot import build_throughput_figure, write_throughput_plot
-from gcsckpt.bench.publish.report import PLOT_NAME, publish_report
-from gcsckpt.bench.publish.results_files import read_results_json, write_results
-from gcsckpt.bench.publish.schema import RowValidationError, column_names
-from gcsckpt.bench.publish.table import (
+from ckptbench.publish.plot import build_throughput_figure, write_throughput_plot
+from ckptbench.publish.report import PLOT_NAME, publish_report
+from ckptbench.publish.row_files import read_results_json, write_results
+from ckptbench.publish.schema import RowValidationError, column_names
+from ckptbench.publish.table import (
     format_report,
     save_table,
     summary_table,
     throughput_ratio,
 )
-from gcsckpt.bench.record.metrics import (
+from ckptbench.record.metrics import (
     RATIO_COLUMN,
     THROUGHPUT_COLUMN,
     add_baseline_ratios,

@@ -8,7 +8,7 @@ import time
 import pytest
 from rich.console import Console
 
-from gcsckpt.bench.record.progress import ProgressDisplay, RankProgress, rank_reporter
+from ckptbench.record.progress import ProgressDisplay, RankProgress, rank_reporter
 
 
 def _console(terminal: bool) -> Console:

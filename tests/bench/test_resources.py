@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from gcsckpt.bench.record.resources import (
+from ckptbench.record.resources import (
     ProcessRSSSampler,
     ResourceSampler,
     TreeSample,

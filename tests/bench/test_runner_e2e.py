@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from gcsckpt.bench.publish.schema import column_names
-from gcsckpt.bench.runner.benchmark import run_benchmark
-from gcsckpt.bench.runner.config import RunConfig
+from ckptbench.publish.schema import column_names
+from ckptbench.runner.benchmark import run_benchmark
+from ckptbench.runner.config import RunConfig
 from gcsckpt.testing import LocalGCS
 from tests.bench.runner_fixtures import EP, FSDP, FSDP_BASE, tiny_run_config
 

@@ -1,7 +1,8 @@
 """Failure paths of the runner: a load whose endpoint drops every connection, a corrupted object.
 
 In both, the failing (case, reader) row says why, the other rows still run, and the run
-publishes every row. Tiny OLMoE on 2 gloo ranks, local GCS.
+publishes every row. Tiny OLMoE on 2 gloo ranks, local GCS; both checkpoints are saved once for
+the module (setup jobs only), and the corruption test works on a copy of the fsdp one.
 """
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ import io
 
 import pytest
 
-from gcsckpt.bench.runner.benchmark import run_benchmark
-from gcsckpt.bench.runner.config import RunConfig
+from ckptbench.runner.benchmark import run_benchmark
+from ckptbench.runner.config import RunConfig
 from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
-from tests.bench.runner_fixtures import EP, FSDP, FSDP_BASE, tiny_run_config
+from tests.bench.runner_fixtures import EP, FSDP, FSDP_BASE, save_checkpoints, tiny_run_config
 
 BUCKET = "runner-failures"
 
@@ -42,10 +43,15 @@ def _objects(gcs: LocalGCS, prefix: str) -> list[str]:
     return [b.name for b in gcs.storage_client().list_blobs(BUCKET, prefix=prefix)]
 
 
-def test_endpoint_dying_mid_load_fails_that_case_and_the_run_goes_on(gcs, tmp_path):
-    # Save both checkpoints through the healthy endpoint first (gcsckpt only, to be quick).
-    setup, _ = _run(_config(gcs.endpoint, "dies", tmp_path / "setup", readers=("gcsckpt",)))
-    assert setup.failures == []
+@pytest.fixture(scope="module")
+def saved(gcs, tmp_path_factory):
+    """Both checkpoints saved under ``dies/`` through the healthy endpoint (no timed round)."""
+    manifests = save_checkpoints(_config(gcs.endpoint, "dies", tmp_path_factory.mktemp("setup")))
+    assert sorted(manifests) == sorted([FSDP, EP])
+    return manifests
+
+
+def test_endpoint_dying_mid_load_fails_that_case_and_the_run_goes_on(gcs, saved, tmp_path):
     data = [n for n in _objects(gcs, f"dies/{FSDP_BASE}/checkpoint/") if n.endswith(".distcp")]
     assert data
     # Every read of the fsdp checkpoint's data objects is cut off halfway (TCP reset).
@@ -86,12 +92,19 @@ def _flip_middle_of_largest_item(gcs: LocalGCS, checkpoint: str) -> str:
     return name
 
 
-def test_corrupted_object_is_reported_as_a_checksum_failure(gcs, tmp_path):
+def _copy_case(gcs: LocalGCS, source: str, target: str) -> None:
+    """Copies every object of a stored case (checkpoint and setup) from prefix ``source`` to
+    ``target``, each ``.metadata`` last (committed after its data objects, as a save does)."""
+    names = sorted(_objects(gcs, f"{source}/"), key=lambda n: n.endswith("/.metadata"))
+    for name in names:
+        gcs.put(BUCKET, target + name[len(source) :], gcs.get(BUCKET, name))
+
+
+def test_corrupted_object_is_reported_as_a_checksum_failure(gcs, saved, tmp_path):
     config = _config(
         gcs.endpoint, "corrupt", tmp_path / "setup", cases=("load-olmoe_1b_7b_0924-fsdp-ws8",)
     )
-    setup, _ = _run(dataclasses.replace(config, readers=("gcsckpt",)))
-    assert setup.failures == []
+    _copy_case(gcs, f"dies/{FSDP_BASE}", f"corrupt/{FSDP_BASE}")
     _flip_middle_of_largest_item(gcs, f"corrupt/{FSDP_BASE}/checkpoint")
 
     outcome, text = _run(dataclasses.replace(config, output_dir=str(tmp_path / "run")))

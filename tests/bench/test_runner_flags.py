@@ -10,8 +10,8 @@ import sys
 import pytest
 from absl import app
 
-from gcsckpt.bench.runner.flags import FLAGS, config_from_flags
-from gcsckpt.bench.runner.main import main
+from ckptbench.runner.flags import FLAGS, config_from_flags
+from ckptbench.runner.main import main
 
 PROGRAM = os.path.join("bench", "checkpoint_load.py")
 OLMOE_EP = os.path.join("bench", "olmoe_ep.py")

@@ -10,8 +10,8 @@ import io
 import pytest
 import torch
 
-from gcsckpt.bench.runner.benchmark import run_benchmark
-from gcsckpt.bench.runner.config import RunConfig
+from ckptbench.runner.benchmark import run_benchmark
+from ckptbench.runner.config import RunConfig
 from gcsckpt.testing import LocalGCS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

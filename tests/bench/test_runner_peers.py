@@ -19,16 +19,23 @@ import urllib.request
 
 import pytest
 
-from gcsckpt.bench.record.case_result import CaseInfo
-from gcsckpt.bench.runner.benchmark import _Run, run_benchmark, save_case_info
-from gcsckpt.bench.runner.launch import JobError, SpawnLauncher
-from gcsckpt.bench.runner.results import load_result
-from gcsckpt.bench.runner.storage import BenchStorage
-from gcsckpt.bench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
-from gcsckpt.bench.worker.jobs import LoadJob
+from ckptbench.cases.selection import override_world_size
+from ckptbench.record.case_result import CaseInfo
+from ckptbench.runner.benchmark import _Run, run_benchmark, save_case_info
+from ckptbench.runner.case_verdict import load_result
+from ckptbench.runner.launch import JobError, SpawnLauncher
+from ckptbench.runner.storage import BenchStorage
+from ckptbench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
+from ckptbench.worker.jobs import LoadJob
 from gcsckpt.testing import LocalGCS
 from gcsckpt.testing.local_ranks import LocalRanks
-from tests.bench.runner_fixtures import EP, EP_BASE, interpreter_facts, tiny_run_config
+from tests.bench.runner_fixtures import (
+    EP,
+    EP_BASE,
+    NoDisplay,
+    interpreter_facts,
+    tiny_run_config,
+)
 
 BUCKET = "runner-peers"
 SAVE = "save-" + EP[len("load-") :]
@@ -161,7 +168,8 @@ def test_rows_carry_each_arms_settings_and_both_ratios(peers_run):
 
 @pytest.mark.parametrize("reader", ["msc", "dataflux"])
 def test_a_peer_reader_pointed_at_a_missing_checkpoint_fails_with_its_error(gcs, peers_run, reader):
-    case = next(c for c in _config(gcs, "unused").selected_cases())
+    # One rank shows it: every rank reads `.metadata` first, and rank 0's error is the row's.
+    case = override_world_size(_config(gcs, "unused").selected_cases()[0], 1)
     spec = BenchStorage(f"gs://{BUCKET}/peers", gcs.endpoint).for_case(EP_BASE)
     missing = dataclasses.replace(spec, checkpoint_prefix=f"{spec.checkpoint_prefix}-absent")
     gathered = SpawnLauncher(timeout_s=120).run(LoadJob(case, missing, reader, 1))
@@ -195,7 +203,7 @@ def test_a_failed_writer_is_reported_and_the_others_still_run(gcs, tmp_path):
     out = io.StringIO()
     with BenchStorage(config.bucket, config.endpoint) as storage:
         launcher = _FailingSaves(SpawnLauncher(timeout_s=120), "msc")
-        run = _Run(config, storage, launcher, _NoDisplay(), out)
+        run = _Run(config, storage, launcher, NoDisplay(), out)
         spec = storage.for_case(case.base_name)
         info = CaseInfo.from_case(case, "tiny")
         failed, ok = run.saves(case, info, spec)
@@ -207,20 +215,11 @@ def test_a_failed_writer_is_reported_and_the_others_still_run(gcs, tmp_path):
     assert save_case_info(info).name == SAVE
 
 
-class _NoDisplay:
-    def phase(self, name, total=None):
-        import contextlib
-
-        return contextlib.nullcontext()
-
-    def drain(self, queue):
-        return 0
-
-
 def test_the_dataflux_arms_ranks_run_on_its_own_venv(gcs):
+    # One rank shows it (every rank starts the same way); peers_run ran the arm on two.
     ranks = LocalRanks(executable=DATAFLUX_PYTHON, timeout_s=60)
-    facts = ranks.run(interpreter_facts, 2)
-    assert [f[:3] for f in facts] == [(r, DATAFLUX_PYTHON, "2.19.0") for r in range(2)]
+    facts = ranks.run(interpreter_facts, 1)
+    assert [f[:3] for f in facts] == [(r, DATAFLUX_PYTHON, "2.19.0") for r in range(1)]
     assert all(f[3].endswith("_gcsio.so") for f in facts)  # the repository's extension
     case = _config(gcs, "unused").selected_cases()[0]
     assert LoadJob(case, None, "dataflux", 1).python == DATAFLUX_PYTHON

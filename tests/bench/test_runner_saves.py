@@ -13,11 +13,11 @@ import os
 
 import pytest
 
-from gcsckpt.bench.runner.benchmark import run_benchmark
-from gcsckpt.bench.runner.launch import SpawnLauncher
-from gcsckpt.bench.runner.storage import BenchStorage
-from gcsckpt.bench.worker import arms
-from gcsckpt.bench.worker.jobs import SaveJob
+from ckptbench.runner.benchmark import run_benchmark
+from ckptbench.runner.launch import SpawnLauncher
+from ckptbench.runner.storage import BenchStorage
+from ckptbench.worker import arms
+from ckptbench.worker.jobs import SaveJob
 from gcsckpt.testing import LocalGCS
 from tests.bench.runner_fixtures import EP, EP_BASE, tiny_run_config
 

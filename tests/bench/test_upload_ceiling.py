@@ -9,8 +9,8 @@ import google_crc32c
 import numpy as np
 import pytest
 
-from gcsckpt.bench.ceiling import UploadCeiling, measure_upload_ceiling
-from gcsckpt.bench.ceiling.upload import ceiling_object_name
+from ckptbench.ceiling import UploadCeiling, measure_upload_ceiling
+from ckptbench.ceiling.upload import ceiling_object_name
 from gcsckpt.io import ObjectStore
 from gcsckpt.testing import LocalGCS
 

@@ -4,7 +4,6 @@ the dcp package's import graph."""
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import graphlib
 import pickle
@@ -28,6 +27,7 @@ from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.dcp.paths import CheckpointLocation
 from gcsckpt.io import ObjectInfo, RangeReadError
+from tests.import_graph import module_graph
 
 LOCATION = CheckpointLocation("bkt", "ckpt/step1")
 
@@ -253,50 +253,9 @@ def test_missing_storage_entry_names_the_metadata():
 
 
 # -- import graph ------------------------------------------------------------------------------
-def _dcp_modules() -> dict[str, Path]:
-    root = Path(gcsckpt.dcp.__file__).resolve().parent
-    modules = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = ["gcsckpt", "dcp", *path.relative_to(root).with_suffix("").parts]
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
-    return modules
-
-
-def _top_level_imports(tree: ast.Module) -> list[ast.stmt]:
-    """Import statements that run at import time (module level, in if/try blocks too)."""
-    found, todo = [], list(tree.body)
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            found.append(node)
-        elif isinstance(node, ast.If | ast.Try | ast.With):
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                todo.extend(getattr(node, field, []))
-        elif isinstance(node, ast.ExceptHandler):
-            todo.extend(node.body)
-    return found
-
-
 def _import_graph() -> dict[str, set[str]]:
-    """dcp module -> the dcp modules it imports explicitly (parent packages run first anyway)."""
-    modules = _dcp_modules()
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        edges = graph.setdefault(name, set())
-        for node in _top_level_imports(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                assert node.level == 0, f"{name}: relative import"
-                base = node.module or ""
-                targets = [
-                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
-                    for alias in node.names
-                ]
-            edges.update(t for t in targets if t in modules and t != name)
-    return graph
+    """dcp module -> the dcp modules it imports at import time."""
+    return module_graph(gcsckpt.dcp)
 
 
 def test_dcp_import_graph_is_acyclic():

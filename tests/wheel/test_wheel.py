@@ -73,7 +73,7 @@ def test_holds_exactly_the_package_sources_and_the_extension(contents):
     assert sorted(set(shipped) - set(sources)) == []
     assert shipped == sources  # same bytes
     assert not any(
-        k.startswith(("gcsckpt/bench/", "gcsckpt/models/", "gcsckpt/parallel/")) for k in contents
+        k.startswith(("ckptbench/", "gcsckpt/models/", "gcsckpt/parallel/")) for k in contents
     )
     built = (RUNFILES / "cc/gcsio/_gcsio.so").read_bytes()
     assert contents[EXTENSION_FILE] == hashlib.sha256(built).hexdigest()

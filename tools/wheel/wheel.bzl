@@ -7,7 +7,8 @@ their deps) to build_wheel.py, which stages a package tree and runs setuptools' 
 load("@local_python//:wheel_tags.bzl", "PLATFORM_TAG", "PYTHON_TAG")
 
 # What the wheel ships: the library (io, dcp; with the root package) and the local endpoint
-# (testing). bench, models and parallel are the benchmark's, run through Bazel. Shared with
+# (testing), the files under python/gcsckpt/ only. The benchmark (`ckptbench`, outside that
+# root) and gcsckpt.models and gcsckpt.parallel are run through Bazel. Shared with
 # //tests/wheel, which checks the wheel holds exactly these sources.
 WHEEL_LIBS = [
     "//python:dcp",

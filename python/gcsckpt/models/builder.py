@@ -17,17 +17,23 @@ def build_meta_model(model: ModelSpec | str | dict[str, Any]) -> nn.Module:
     expert under ``model.layers.<L>.mlp.experts.<i>``; ``LlamaForCausalLM``), so parameter FQNs are
     the published checkpoint names. Materialize with ``gcsckpt.models.state.materialize``.
 
+    transformers' weight initialisation is skipped (``no_init_weights``): on ``meta`` it stores
+    nothing, and ``materialize`` fills every parameter, yet it costs CPU time (torch's
+    meta-tensor ``normal_`` path, slowest on its first run in a process), paid again by every
+    fresh rank process of the benchmark.
+
     Raises:
       ModelSpecError: unknown spec or unreadable config.
     """
     from transformers import AutoModelForCausalLM
+    from transformers.modeling_utils import no_init_weights
 
     if isinstance(model, dict):
         config = model
     else:
         config = config_dict(parse_model_spec(model) if isinstance(model, str) else model)
     hf_config = to_hf_config(config)
-    with torch.device("meta"):
+    with torch.device("meta"), no_init_weights():
         built = AutoModelForCausalLM.from_config(
             hf_config, torch_dtype=torch.bfloat16, attn_implementation="eager"
         )

@@ -10,7 +10,8 @@ import dataclasses
 
 from gcsckpt.parallel.strategies import MESH_DIMS, STRATEGY_DIMS, LayoutError
 
-# The long names of the sizes, used in error messages (the benchmark catalogue's field names).
+# The long names of the sizes: in error messages, and the benchmark catalogue's fields and result
+# columns.
 SIZE_NAMES = {
     "pp": "pipeline_parallel_size",
     "dp_replicate": "data_parallel_replicate_size",

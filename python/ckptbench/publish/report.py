@@ -1,0 +1,82 @@
+"""Publish one run's rows everywhere it asked for: files, Markdown on stdout, PNG, BigQuery."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from ckptbench.publish.plot import write_throughput_plot
+from ckptbench.publish.row_files import ResultFiles, write_results
+from ckptbench.publish.schema import load_columns, validate_rows
+from ckptbench.publish.table import print_report
+from ckptbench.record.metrics import add_baseline_ratios
+
+PLOT_NAME = "throughput.png"
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishedReport:
+    """What ``publish_report`` produced.
+
+    Attributes:
+      rows: the rows as published (baseline ratios filled in).
+      files: results.json / results.csv paths.
+      plot_path: the PNG chart.
+      markdown: the tables printed.
+      bigquery_rows: rows inserted into BigQuery (0 when no table was given).
+    """
+
+    rows: list[dict[str, Any]]
+    files: ResultFiles
+    plot_path: Path
+    markdown: str
+    bigquery_rows: int
+
+
+def publish_report(
+    rows: Sequence[Mapping[str, Any]],
+    output_dir: Path | str,
+    bigquery_table: str | None = None,
+    candidate: str = "gcsckpt",
+    baseline: str = "fsspec",
+    out: TextIO | None = None,
+    bigquery_endpoint: str | None = None,
+    ceilings: Mapping[str, float] | None = None,
+) -> PublishedReport:
+    """Adds baseline ratios, validates once, then writes files, prints tables, plots, inserts.
+
+    ``ceilings`` (case id -> the endpoint's raw ceiling, bytes/s, e.g. the upload ceiling for
+    ``save-...`` cases) adds a ceiling column and the candidate's fraction of it to the summary.
+
+    Rows are validated before anything is written, so a bad row leaves no partial output.
+
+    Raises:
+      ValueError: no rows.
+      RowValidationError, BigQueryPublishError, OSError: see the publishers.
+    """
+    if not rows:
+        raise ValueError("no result rows to publish (no case ran)")
+    ratio_rows = add_baseline_ratios(rows, baseline=baseline, candidate=candidate)
+    columns = load_columns()
+    validate_rows(ratio_rows, columns)
+    files = write_results(ratio_rows, output_dir, columns)
+    markdown = print_report(
+        ratio_rows, out=out, candidate=candidate, baseline=baseline, ceilings=ceilings
+    )
+    plot_path = write_throughput_plot(
+        ratio_rows, Path(output_dir) / PLOT_NAME, candidate=candidate, baseline=baseline
+    )
+    inserted = 0
+    if bigquery_table:
+        from ckptbench.publish.bigquery import publish_rows  # heavy import, only when used
+
+        inserted = publish_rows(ratio_rows, bigquery_table, api_endpoint=bigquery_endpoint)
+    return PublishedReport(
+        rows=ratio_rows,
+        files=files,
+        plot_path=plot_path,
+        markdown=markdown,
+        bigquery_rows=inserted,
+    )

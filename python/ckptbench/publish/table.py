@@ -1,0 +1,323 @@
+"""Markdown comparison of readers: a summary (throughput per reader and the candidate/baseline
+ratio per case, plus the candidate/best-peer ratio when peer arms ran), a save table when saves
+ran (where a save's time goes, whole ``dcp.save`` against its data phase, and each rank's memory)
+and a detail table (timings, requests, amplification, resources per row). Save rows (case ids
+``save-...``) sit in the summary and detail tables too, their throughput being bytes written per
+second of the whole ``dcp.save``. Reference arms (``localfs``) are shown, never counted as peers.
+
+Throughput is shown in MB/s (10**6 bytes per second), the unit of the design notes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from ckptbench.record.case_result import SCENARIO_WRITE
+from ckptbench.record.metrics import (
+    DATA_PHASE_THROUGHPUT_COLUMN,
+    THROUGHPUT_COLUMN,
+    best_peer,
+    is_peer,
+)
+
+Row = Mapping[str, Any]
+_MB = 1e6
+_MiB = 2**20
+_MISSING = "n/a"
+
+
+def _cell(text: Any) -> str:
+    # A '|' inside a cell would end it; newlines would end the row.
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table: one header row, one row per ``body`` entry (cells escaped)."""
+    lines = ["| " + " | ".join(_cell(h) for h in header) + " |"]
+    lines.append("|" + "|".join("---" for _ in header) + "|")
+    lines.extend("| " + " | ".join(_cell(c) for c in row) + " |" for row in body)
+    return "\n".join(lines)
+
+
+def _number(value: float | None, fmt: str, scale: float = 1.0) -> str:
+    if value is None:
+        return _MISSING
+    return format(value if scale == 1.0 else value / scale, fmt)
+
+
+def _throughput(row: Row | None) -> float | None:
+    if row is None or row.get("status") != "ok":
+        return None
+    return row.get(THROUGHPUT_COLUMN)
+
+
+def reader_order(rows: Sequence[Row], candidate: str, baseline: str) -> list[str]:
+    """Readers present in ``rows``: candidate first, baseline second, others by appearance."""
+    seen = list(dict.fromkeys(row["workload_implementation"] for row in rows))
+    front = [r for r in (candidate, baseline) if r in seen]
+    return front + [r for r in seen if r not in front]
+
+
+def throughput_ratio(rows: Sequence[Row], case: str, candidate: str, baseline: str) -> float | None:
+    """Candidate mean throughput ÷ baseline mean throughput for ``case``; None if either is
+    missing, failed or zero."""
+    by_reader = {r["workload_implementation"]: r for r in rows if r["benchmark_case_id"] == case}
+    top, bottom = _throughput(by_reader.get(candidate)), _throughput(by_reader.get(baseline))
+    if top is None or not bottom:
+        return None
+    return top / bottom
+
+
+def peer_ratio(rows: Sequence[Row], case: str, candidate: str, baseline: str) -> str:
+    """``4.5x (msc)``: the candidate's mean throughput over the best peer's on ``case``, naming
+    the peer; ``n/a`` when the candidate or every peer failed or is missing."""
+    top = _throughput(
+        next(
+            (
+                r
+                for r in rows
+                if r["benchmark_case_id"] == case and r["workload_implementation"] == candidate
+            ),
+            None,
+        )
+    )
+    peer = best_peer(rows, case, candidate, baseline)
+    if top is None or peer is None:
+        return _MISSING
+    return f"{top / peer[THROUGHPUT_COLUMN]:.1f}x ({peer['workload_implementation']})"
+
+
+def summary_table(
+    rows: Sequence[Row],
+    candidate: str = "gcsckpt",
+    baseline: str = "fsspec",
+    ceilings: Mapping[str, float] | None = None,
+) -> str:
+    """One line per case: each reader's mean throughput (MB/s, or ``failed``), the ratio to the
+    baseline and, when any arm besides the two ran, the ratio to the best of those peers.
+
+    Args:
+      rows: result rows (``benchmark_case_id``, ``workload_implementation``, ``status``, mean
+        throughput in bytes/s).
+      candidate, baseline: the arms of the ratio columns.
+      ceilings: case id -> the endpoint's raw ceiling for that case, bytes/s (e.g. the upload
+        ceiling for ``save-...`` cases); when given, ``ceiling MB/s`` and ``<candidate>/ceiling``
+        columns are added (``n/a`` for cases without one).
+    """
+    readers = reader_order(rows, candidate, baseline)
+    cases = list(dict.fromkeys(row["benchmark_case_id"] for row in rows))
+    peers = [r for r in readers if is_peer(r, candidate, baseline)]
+    header = ["case", *(f"{r} MB/s" for r in readers), f"{candidate}/{baseline}"]
+    if peers:
+        header.append(f"{candidate}/best peer")
+    if ceilings:
+        header += ["ceiling MB/s", f"{candidate}/ceiling"]
+    body = []
+    for case in cases:
+        by_reader = {
+            r["workload_implementation"]: r for r in rows if r["benchmark_case_id"] == case
+        }
+        cells = []
+        for reader in readers:
+            row = by_reader.get(reader)
+            if row is None:
+                cells.append(_MISSING)
+            elif row.get("status") != "ok":
+                cells.append("failed")
+            else:
+                cells.append(_number(row.get(THROUGHPUT_COLUMN), ".1f", _MB))
+        ratio = throughput_ratio(rows, case, candidate, baseline)
+        cells.append(_MISSING if ratio is None else f"{ratio:.1f}x")
+        if peers:
+            cells.append(peer_ratio(rows, case, candidate, baseline))
+        if ceilings:
+            ceiling = ceilings.get(case)
+            top = _throughput(by_reader.get(candidate))
+            cells.append(_number(ceiling, ".1f", _MB))
+            cells.append(_MISSING if ceiling is None or top is None else f"{top / ceiling:.2f}")
+        body.append([case, *cells])
+    return markdown_table(header, body)
+
+
+def _fraction(value: float | None, ceiling: float | None) -> str:
+    return _MISSING if value is None or not ceiling else f"{value / ceiling:.2f}"
+
+
+def save_table(
+    rows: Sequence[Row],
+    candidate: str = "gcsckpt",
+    baseline: str = "fsspec",
+    ceilings: Mapping[str, float] | None = None,
+) -> str:
+    """One line per save row (``checkpoint_write``): where the save's time went and each rank's
+    memory; "" when there are none.
+
+    Columns: the whole ``dcp.save`` (mean seconds, MB/s, fraction of the upload ceiling), its
+    data phase (the longest rank's ``write_data`` until its future's value was ready: seconds,
+    "upload-phase" MB/s = bytes written / data phase, fraction of the ceiling), the rest of the
+    save (DCP's own planning, pickling and collectives, the writer's planning and finish), the
+    candidate's whole-save throughput over this writer's (on the ``localfs`` reference's line:
+    how close the candidate comes to a save whose storage is nearly free), and memory: the
+    highest peak RSS of any rank, that rank's bound (1.1 x its state bytes + 256 MiB), whether
+    every rank stayed within its own bound, and the largest peak-minus-start increase (what the
+    save itself added). Absolute RSS includes torch itself (~200-400 MiB of libraries) and the
+    state; the figures are printed, never asserted.
+
+    Args:
+      rows: result rows (``metrics.case_row``).
+      candidate, baseline: the candidate arm (its ratio column) and the stock arm.
+      ceilings: case id -> the endpoint's upload ceiling, bytes/s (n/a where absent).
+    """
+    saves = [r for r in rows if r.get("workload_scenario") == SCENARIO_WRITE]
+    if not saves:
+        return ""
+    ceilings = ceilings or {}
+    header = [
+        "case",
+        "writer",
+        "status",
+        "whole dcp.save s",
+        "whole dcp.save MB/s",
+        "whole / ceiling",
+        "data phase s",
+        "data phase MB/s",
+        "data phase / ceiling",
+        "outside data phase s",
+        f"{candidate} / this writer",
+        "peak RSS MiB (max rank)",
+        "bound MiB (that rank)",
+        "every rank within bound",
+        "peak - start MiB (max rank)",
+    ]
+    order = reader_order(saves, candidate, baseline)
+    cases = list(dict.fromkeys(r["benchmark_case_id"] for r in saves))
+    body = []
+    for case in cases:
+        by_writer = {
+            r["workload_implementation"]: r for r in saves if r["benchmark_case_id"] == case
+        }
+        ours = _throughput(by_writer.get(candidate))
+        ceiling = ceilings.get(case)
+        for writer in (w for w in order if w in by_writer):
+            row = by_writer[writer]
+            whole = _throughput(row)
+            data = row.get(DATA_PHASE_THROUGHPUT_COLUMN) if whole is not None else None
+            within = row.get("save_rss_peak_within_bound")
+            body.append(
+                [
+                    case,
+                    writer,
+                    row.get("status", _MISSING),
+                    _number(row.get("round_duration_mean_seconds"), ".2f"),
+                    _number(whole, ".1f", _MB),
+                    _fraction(whole, ceiling),
+                    _number(row.get("save_data_phase_mean_seconds"), ".2f"),
+                    _number(data, ".1f", _MB),
+                    _fraction(data, ceiling),
+                    _number(row.get("save_outside_data_phase_mean_seconds"), ".2f"),
+                    _MISSING if ours is None or not whole else f"{ours / whole:.2f}x",
+                    _number(row.get("save_rss_peak_bytes_per_rank_max"), ".0f", _MiB),
+                    _number(row.get("save_rss_bound_bytes_at_peak_rank"), ".0f", _MiB),
+                    _MISSING if within is None else ("yes" if within else "no"),
+                    _number(row.get("save_rss_increase_bytes_per_rank_max"), ".0f", _MiB),
+                ]
+            )
+    return markdown_table(header, body)
+
+
+SAVE_TABLE_NOTE = (
+    "whole dcp.save: first rank's start to last rank's end of dcp.save; data phase: the longest "
+    "rank's write_data until its future's value was ready (MB/s = bytes written / data phase); "
+    "outside data phase: DCP's own planning, pickling and collectives plus the writer's "
+    "planning and finish. localfs is torch's stock FileSystemWriter into local tmpfs, a "
+    "reference (storage nearly free), not a peer. RSS is each rank process's own, sampled every "
+    "15 ms during dcp.save; absolute RSS includes torch itself (~200-400 MiB of libraries) and "
+    "the state; bound = 1.1 x the rank's state bytes + 256 MiB."
+)
+
+
+def detail_table(rows: Sequence[Row]) -> str:
+    """One line per row: status, rounds, durations, throughput, per-rank counters, resources."""
+    header = [
+        "case",
+        "reader",
+        "status",
+        "rounds",
+        "mean s",
+        "p50 s",
+        "p99 s",
+        "MB/s",
+        "items/rank max",
+        "requests/rank max",
+        "amplification",
+        "retries",
+        "checksums",
+        "peak cores",
+        "peak RSS GiB (job)",
+        "peak RSS GiB (process max)",
+    ]
+    body = []
+    for row in rows:
+        status = row.get("status", _MISSING)
+        if status != "ok" and row.get("error_message"):
+            status = f"{status}: {row['error_message'][:120]}"
+        body.append(
+            [
+                row["benchmark_case_id"],
+                row["workload_implementation"],
+                status,
+                row.get("measurement_round_count", _MISSING),
+                _number(row.get("round_duration_mean_seconds"), ".2f"),
+                _number(row.get("round_duration_p50_seconds"), ".2f"),
+                _number(row.get("round_duration_p99_seconds"), ".2f"),
+                _number(row.get(THROUGHPUT_COLUMN), ".1f", _MB),
+                _number(row.get("dcp_read_items_per_rank_max"), "d"),
+                _number(row.get("read_request_count_per_rank_max"), "d"),
+                _number(row.get("read_amplification_ratio"), ".3f"),
+                _number(row.get("read_retry_count_total"), "d"),
+                "verified" if row.get("checksums_verified") else "NOT verified",
+                _number(row.get("cpu_usage_peak_cores"), ".1f"),
+                _number(row.get("memory_usage_peak_bytes"), ".2f", 2**30),
+                _number(row.get("memory_usage_peak_bytes_per_process_max"), ".2f", 2**30),
+            ]
+        )
+    return markdown_table(header, body)
+
+
+def format_report(
+    rows: Sequence[Row],
+    candidate: str = "gcsckpt",
+    baseline: str = "fsspec",
+    ceilings: Mapping[str, float] | None = None,
+) -> str:
+    """The tables under Markdown headings (``ceilings`` as in ``summary_table``): summary,
+    saves (when any save row), details."""
+    saves = save_table(rows, candidate, baseline, ceilings)
+    saves_section = (
+        f"## Saves: whole dcp.save vs data phase, memory per rank\n\n{saves}\n\n"
+        f"{SAVE_TABLE_NOTE}\n\n"
+        if saves
+        else ""
+    )
+    return (
+        f"## Checkpoint throughput ({candidate} vs {baseline} and the peers; save-... rows: "
+        "bytes written)\n\n"
+        f"{summary_table(rows, candidate, baseline, ceilings)}\n\n"
+        f"{saves_section}"
+        f"## Details\n\n{detail_table(rows)}\n"
+    )
+
+
+def print_report(
+    rows: Sequence[Row],
+    out: TextIO | None = None,
+    candidate: str = "gcsckpt",
+    baseline: str = "fsspec",
+    ceilings: Mapping[str, float] | None = None,
+) -> str:
+    """Writes ``format_report`` to ``out`` (stdout by default) and returns the text."""
+    text = format_report(rows, candidate, baseline, ceilings)
+    (out or sys.stdout).write(text)
+    return text

@@ -1,0 +1,446 @@
+"""Turns one CaseResult into one flat result row (the columns of bigquery_schema.json).
+
+Column names follow the gcsfs subsystem benchmarks where they overlap (fsspec/gcsfs,
+cloudbuild/subsystembenchmarks/subsystembenchmarks_schema.json: ``round_duration_p99_seconds``,
+``checkpoint_read_throughput_mean_bytes_per_second``, ``dcp_read_items_per_rank_max``,
+``cpu_usage_peak_cores`` ...), so rows can land in the same BigQuery tables. Like gcsfs, the mean
+throughput is the mean of per-round throughputs, and the reader's name is
+``workload_implementation``.
+
+Every row carries every column; a value the run could not measure is None (null), never a guess.
+Rows hold only str, int, float, bool and None, so they serialize to JSON, CSV and BigQuery as is.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ckptbench.record.case_result import (
+    COUNT_FIELDS,
+    SCENARIO_WRITE,
+    SECONDS_FIELDS,
+    STATUS_OK,
+    CaseResult,
+    RoundRecord,
+    RunContext,
+)
+from ckptbench.record.host import HostFacts
+from ckptbench.record.resources import ResourceUsage
+from ckptbench.roles import REFERENCES
+from gcsckpt.parallel.dims import SIZE_NAMES
+
+Row = dict[str, Any]
+
+WORKLOAD_FAMILY = "checkpointing"
+THROUGHPUT_COLUMN = "checkpoint_read_throughput_mean_bytes_per_second"
+RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_baseline"
+PEER_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_best_peer"
+REFERENCE_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_reference"
+DATA_PHASE_THROUGHPUT_COLUMN = "save_data_phase_throughput_mean_bytes_per_second"
+
+_PERCENTILES = (50, 90, 95, 99)
+
+
+def iso_timestamp(moment: datetime.datetime) -> str:
+    """UTC ISO-8601 text with microseconds and ``Z`` (what BigQuery and bqemulator accept)."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def round_duration_columns(durations: Sequence[float]) -> Row:
+    """``round_duration_{min,max,mean,p50,p90,p95,p99,stddev}_seconds`` of the durations (s).
+
+    Percentiles interpolate linearly (numpy's default); stddev is the sample standard deviation
+    (n - 1), None for fewer than two rounds. All None when there are no durations.
+    """
+    names = ["min", "max", "mean", *(f"p{q}" for q in _PERCENTILES), "stddev"]
+    if not durations:
+        return {f"round_duration_{name}_seconds": None for name in names}
+    values = np.asarray(durations, dtype=np.float64)
+    row = {
+        "round_duration_min_seconds": float(values.min()),
+        "round_duration_max_seconds": float(values.max()),
+        "round_duration_mean_seconds": float(values.mean()),
+    }
+    for q in _PERCENTILES:
+        row[f"round_duration_p{q}_seconds"] = float(np.percentile(values, q))
+    row["round_duration_stddev_seconds"] = float(values.std(ddof=1)) if len(values) > 1 else None
+    return row
+
+
+def throughput_columns(durations: Sequence[float], bytes_per_round: int | None) -> Row:
+    """Per-round throughput ``bytes_per_round / duration`` (bytes/s): mean, min, max, p50/p90/p99.
+
+    All None when the size is unknown, there are no rounds, or a round took zero seconds.
+    """
+    names = ["mean", "min", "max", "p50", "p90", "p99"]
+    columns = {f"checkpoint_read_throughput_{n}_bytes_per_second": None for n in names}
+    if bytes_per_round is None or not durations or min(durations) <= 0:
+        return columns
+    rates = bytes_per_round / np.asarray(durations, dtype=np.float64)
+    columns.update(
+        {
+            "checkpoint_read_throughput_mean_bytes_per_second": float(rates.mean()),
+            "checkpoint_read_throughput_min_bytes_per_second": float(rates.min()),
+            "checkpoint_read_throughput_max_bytes_per_second": float(rates.max()),
+        }
+    )
+    for q in (50, 90, 99):
+        columns[f"checkpoint_read_throughput_p{q}_bytes_per_second"] = float(
+            np.percentile(rates, q)
+        )
+    return columns
+
+
+def _counter_samples(rounds: Sequence[RoundRecord], field: str) -> list[list[Any]] | None:
+    """Per round, per rank values of one counter; None if any round or rank lacks it."""
+    if not rounds or any(r.rank_counters is None for r in rounds):
+        return None
+    per_round = [[getattr(c, field) for c in r.rank_counters] for r in rounds]
+    if any(v is None for values in per_round for v in values):
+        return None
+    return per_round
+
+
+def _flat(per_round: list[list[Any]] | None) -> list[Any] | None:
+    return None if per_round is None else [v for values in per_round for v in values]
+
+
+def _max(values: list[Any] | None) -> Any:
+    return None if values is None else max(values)
+
+
+def _mean(values: list[Any] | None) -> float | None:
+    return None if values is None else float(np.mean(values))
+
+
+def _per_round_mean(per_round: list[list[Any]] | None) -> float | None:
+    return None if per_round is None else float(np.mean([sum(v) for v in per_round]))
+
+
+def counter_columns(rounds: Sequence[RoundRecord]) -> Row:
+    """Reader-counter columns over all rounds and ranks.
+
+    ``*_per_rank_max`` / ``*_per_rank_mean`` range over every (round, rank) pair;
+    ``*_per_round_mean`` sums over ranks, then averages over rounds. A column is None when any
+    rank of any round lacks that counter. ``read_amplification_ratio`` is bytes fetched over
+    bytes needed for the whole case; the per-rank maximum skips ranks that needed no bytes.
+    """
+    samples = {field: _counter_samples(rounds, field) for field in COUNT_FIELDS + SECONDS_FIELDS}
+    items, requests = _flat(samples["read_items"]), _flat(samples["requests"])
+    needed, fetched = _flat(samples["bytes_needed"]), _flat(samples["bytes_fetched"])
+    retries = _flat(samples["retries"])
+
+    amplification = amplification_max = None
+    if needed is not None and fetched is not None:
+        if sum(needed) > 0:
+            amplification = sum(fetched) / sum(needed)
+        per_rank = [f / n for f, n in zip(fetched, needed, strict=True) if n > 0]
+        amplification_max = max(per_rank) if per_rank else None
+
+    return {
+        "dcp_read_items_per_rank_max": _max(items),
+        "dcp_read_items_per_rank_mean": _mean(items),
+        "read_range_count_per_rank_max": _max(_flat(samples["ranges"])),
+        "read_request_count_per_rank_max": _max(requests),
+        "read_request_count_per_rank_mean": _mean(requests),
+        "read_request_count_per_round_mean": _per_round_mean(samples["requests"]),
+        "read_bytes_needed_per_rank_max": _max(needed),
+        "read_bytes_fetched_per_rank_max": _max(fetched),
+        "read_bytes_needed_per_round_mean": _per_round_mean(samples["bytes_needed"]),
+        "read_bytes_fetched_per_round_mean": _per_round_mean(samples["bytes_fetched"]),
+        "read_amplification_ratio": amplification,
+        "read_amplification_per_rank_max": amplification_max,
+        "read_retry_count_total": None if retries is None else sum(retries),
+        "read_retry_count_per_rank_max": _max(retries),
+        "read_fetch_seconds_per_rank_max": _max(_flat(samples["fetch_s"])),
+        "read_deserialize_seconds_per_rank_max": _max(_flat(samples["deserialize_s"])),
+        "read_copy_seconds_per_rank_max": _max(_flat(samples["copy_s"])),
+    }
+
+
+SAVE_COLUMNS = (
+    "save_state_bytes_per_rank_max",
+    "save_rss_start_bytes_per_rank_max",
+    "save_rss_peak_bytes_per_rank_max",
+    "save_rss_bound_bytes_at_peak_rank",
+    "save_rss_peak_within_bound",
+    "save_rss_increase_bytes_per_rank_max",
+    "save_plan_seconds_per_rank_max",
+    "save_finish_mean_seconds",
+    "save_data_phase_mean_seconds",
+    "save_outside_data_phase_mean_seconds",
+    DATA_PHASE_THROUGHPUT_COLUMN,
+)
+
+
+def save_columns(rounds: Sequence[RoundRecord], bytes_per_round: int | None, timed: bool) -> Row:
+    """A save's per-rank memory and phase columns (``RoundRecord.rank_saves``); all None when
+    any round lacks them (loads, or a writer whose ranks did not measure).
+
+    Memory over every (round, rank): the highest peak RSS, the bound ``1.1 x state bytes +
+    256 MiB`` of the rank (and round) that had it, whether every rank stayed within its own
+    bound, the highest state bytes and start RSS, and the largest peak-minus-start increase.
+    Absolute RSS includes torch itself (~200-400 MiB of libraries) and the state.
+
+    Phases: the writer's planning seconds (most of any rank), the coordinator's ``finish``
+    (mean over rounds), the data phase per round (the longest rank's ``write_data`` until its
+    future's value was ready; mean over rounds), the rest of the round's wall time (DCP's own
+    planning, pickling and collectives plus ``finish``; mean), and the upload-phase throughput,
+    ``bytes_per_round / data phase`` (mean of per-round values, bytes/s). With ``timed`` False
+    (a failed result) the time-based columns are None, as the round durations are.
+    """
+    columns: Row = dict.fromkeys(SAVE_COLUMNS)
+    if not rounds or any(r.rank_saves is None for r in rounds):
+        return columns
+    samples = [save for r in rounds for save in r.rank_saves]
+    top = max(samples, key=lambda save: save.rss_peak_bytes)
+    finishes = [
+        max(f for f in (save.finish_s for save in r.rank_saves) if f is not None)
+        for r in rounds
+        if any(save.finish_s is not None for save in r.rank_saves)
+    ]
+    columns.update(
+        {
+            "save_state_bytes_per_rank_max": max(s.state_bytes for s in samples),
+            "save_rss_start_bytes_per_rank_max": max(s.rss_start_bytes for s in samples),
+            "save_rss_peak_bytes_per_rank_max": top.rss_peak_bytes,
+            "save_rss_bound_bytes_at_peak_rank": top.rss_bound_bytes,
+            "save_rss_peak_within_bound": all(
+                s.rss_peak_bytes <= s.rss_bound_bytes for s in samples
+            ),
+            "save_rss_increase_bytes_per_rank_max": max(s.rss_increase_bytes for s in samples),
+            "save_plan_seconds_per_rank_max": max(s.plan_s for s in samples),
+            "save_finish_mean_seconds": float(np.mean(finishes)) if finishes else None,
+        }
+    )
+    if not timed:
+        return columns
+    data = [r.data_phase_s for r in rounds]
+    columns["save_data_phase_mean_seconds"] = float(np.mean(data))
+    columns["save_outside_data_phase_mean_seconds"] = float(
+        np.mean([r.duration_s - d for r, d in zip(rounds, data, strict=True)])
+    )
+    if bytes_per_round is not None and min(data) > 0:
+        columns[DATA_PHASE_THROUGHPUT_COLUMN] = float(np.mean([bytes_per_round / d for d in data]))
+    return columns
+
+
+def resource_columns(usage: ResourceUsage | None) -> Row:
+    """Process-tree CPU (cores), memory (bytes) and host network (bytes, bytes/s) columns."""
+    if usage is None:
+        usage_dict: dict[str, Any] = {}
+        rate_recv = rate_sent = None
+    else:
+        usage_dict = {
+            "cpu_usage_peak_cores": usage.cpu_peak_cores,
+            "cpu_usage_mean_cores": usage.cpu_mean_cores,
+            "memory_usage_peak_bytes": usage.memory_peak_bytes,
+            "memory_usage_peak_bytes_per_process_max": usage.memory_peak_bytes_per_process_max,
+            "network_received_bytes": usage.network_received_bytes,
+            "network_sent_bytes": usage.network_sent_bytes,
+            "resource_sample_count": usage.sample_count,
+        }
+        window = usage.duration_s
+        rate_recv = usage.network_received_bytes / window if window > 0 else None
+        rate_sent = usage.network_sent_bytes / window if window > 0 else None
+    names = (
+        "cpu_usage_peak_cores",
+        "cpu_usage_mean_cores",
+        "memory_usage_peak_bytes",
+        "memory_usage_peak_bytes_per_process_max",
+        "network_received_bytes",
+        "network_sent_bytes",
+        "resource_sample_count",
+    )
+    row = {name: usage_dict.get(name) for name in names}
+    row["network_received_mean_bytes_per_sec"] = rate_recv
+    row["network_sent_mean_bytes_per_sec"] = rate_sent
+    return row
+
+
+def host_columns(host: HostFacts) -> Row:
+    """Host and software columns."""
+    return {
+        "host_vcpu_count": host.vcpu_count,
+        "host_cpu_affinity_count": host.cpu_affinity_count,
+        "host_machine_architecture": host.machine_architecture,
+        "host_memory_total_bytes": host.memory_total_bytes,
+        "host_os_release": host.os_release,
+        "python_version": host.python_version,
+        "torch_version": host.torch_version,
+        "transformers_version": host.transformers_version,
+        "benchmark_source_commit_sha": host.source_commit_sha,
+        "compute_accelerator_name": host.accelerator_name,
+    }
+
+
+def _json_text(value: Any, what: str) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{what} is not JSON-serializable: {err}") from err
+
+
+def case_row(result: CaseResult, run: RunContext) -> Row:
+    """The flat result row of one case under one reader.
+
+    Throughput per round is ``checkpoint_physical_size_bytes × checkpoint_read_count ÷ round
+    duration`` with ``checkpoint_read_count = data_parallel_replicate_size`` (each replica group
+    reads the whole checkpoint). A save row (``checkpoint_write``) uses the same columns with
+    the bytes one save wrote and a count of 1 (replicated entries are written once). For a
+    failed result the round-duration and throughput columns are None (its timings are not a
+    valid measurement) while counters and resources stay, for diagnosis.
+    ``rank_counters_json`` holds the last round's per-rank counters; a save row also has the
+    ranks' memory and phase columns (:func:`save_columns`) and ``rank_saves_json``, the last
+    round's per-rank RankSave measures.
+
+    Raises:
+      ValueError: reader options that are not JSON-serializable.
+    """
+    case = result.case
+    ok = result.status == STATUS_OK
+    rounds = list(result.rounds)
+    durations = [r.duration_s for r in rounds] if ok else []
+    read_count = 1 if result.scenario == SCENARIO_WRITE else case.dims.dp_replicate
+    size = result.checkpoint_physical_size_bytes
+    bytes_per_round = None if size is None else size * read_count
+    last_counters = rounds[-1].rank_counters if rounds else None
+    last_saves = rounds[-1].rank_saves if rounds else None
+
+    row: Row = {
+        "run_id": run.run_id,
+        "run_started_at": iso_timestamp(run.started_at),
+        "benchmark_case_id": case.name,
+        "workload_family": WORKLOAD_FAMILY,
+        "workload_scenario": result.scenario,
+        "workload_implementation": result.reader,
+        "config_sweep_axis": case.sweep_axis,
+        "model_id": case.model_id,
+        "model_scale": case.model_scale,
+        "checkpoint_strategy": case.dims.strategy,
+        "world_size": case.dims.world_size,
+        **{column: getattr(case.dims, dim) for dim, column in SIZE_NAMES.items()},
+        "status": result.status,
+        "error_message": result.error_message,
+        "checksums_verified": bool(result.checksums_verified),
+        "gcs_bucket_name": run.gcs_bucket_name,
+        "storage_endpoint": run.storage_endpoint,
+        "endpoint_modelled_latency_ms": run.endpoint_modelled_latency_ms,
+        "endpoint_modelled_stream_mbps": run.endpoint_modelled_stream_mbps,
+        "distributed_backend": run.distributed_backend,
+        "compute_accelerator_type": run.compute_accelerator_type,
+        **host_columns(run.host),
+        "reader_options_json": _json_text(
+            dict(result.reader_options), f"reader options of {result.reader!r}"
+        ),
+        "checkpoint_physical_size_bytes": size,
+        "checkpoint_object_count": result.checkpoint_object_count,
+        "checkpoint_read_count": read_count,
+        "measurement_round_count": len(rounds),
+        "measurement_window_start_unix_seconds": (
+            math.floor(min(min(r.rank_start_unix_s) for r in rounds)) if rounds else None
+        ),
+        "measurement_window_end_unix_seconds": (
+            math.ceil(max(max(r.rank_end_unix_s) for r in rounds)) if rounds else None
+        ),
+        **round_duration_columns(durations),
+        **throughput_columns(durations, bytes_per_round),
+        RATIO_COLUMN: None,
+        "baseline_implementation": None,
+        PEER_RATIO_COLUMN: None,
+        "best_peer_implementation": None,
+        REFERENCE_RATIO_COLUMN: None,
+        "reference_implementation": None,
+        **counter_columns(rounds),
+        "rank_counters_json": (
+            None
+            if last_counters is None
+            else _json_text([c.as_dict() for c in last_counters], "rank counters")
+        ),
+        **save_columns(rounds, bytes_per_round, timed=ok),
+        "rank_saves_json": (
+            None
+            if last_saves is None
+            else _json_text([m.as_dict() for m in last_saves], "rank save measures")
+        ),
+        **resource_columns(result.resources),
+    }
+    return row
+
+
+def is_peer(implementation: str, candidate: str, baseline: str) -> bool:
+    """Whether an arm is a peer: neither the candidate, nor the stock baseline, nor a
+    reference (``roles.REFERENCES``, e.g. ``localfs``: a floor, not a competitor)."""
+    return implementation not in (candidate, baseline, *REFERENCES)
+
+
+def best_peer(rows: Iterable[Row], case: str, candidate: str, baseline: str) -> Row | None:
+    """The fastest ok row of ``case`` from a peer arm (:func:`is_peer`; highest mean
+    throughput), or None when no peer has one."""
+    peers = [
+        row
+        for row in rows
+        if row["benchmark_case_id"] == case
+        and is_peer(row["workload_implementation"], candidate, baseline)
+        and row.get("status") == STATUS_OK
+        and row.get(THROUGHPUT_COLUMN)
+    ]
+    return max(peers, key=lambda row: row[THROUGHPUT_COLUMN]) if peers else None
+
+
+def reference_row(rows: Iterable[Row], case: str) -> Row | None:
+    """The ok row of ``case`` from the first reference arm (``roles.REFERENCES`` order) with a
+    measured throughput, or None."""
+    found = {
+        row["workload_implementation"]: row
+        for row in rows
+        if row["benchmark_case_id"] == case
+        and row["workload_implementation"] in REFERENCES
+        and row.get("status") == STATUS_OK
+        and row.get(THROUGHPUT_COLUMN)
+    }
+    return next((found[name] for name in REFERENCES if name in found), None)
+
+
+def add_baseline_ratios(
+    rows: Iterable[Row], baseline: str = "fsspec", candidate: str = "gcsckpt"
+) -> list[Row]:
+    """Copies of ``rows`` with the throughput ratio to the baseline reader of the same case,
+    and on the candidate's rows the ratio to the best peer (see :func:`best_peer`) and to the
+    reference arm (``localfs`` saves, see :func:`reference_row`).
+
+    For each row whose run and case also have a row from ``baseline`` with a measured mean
+    throughput > 0, sets ``checkpoint_read_throughput_ratio_to_baseline`` = row mean throughput ÷
+    baseline mean throughput (the baseline's own row gets 1.0) and ``baseline_implementation``.
+    Rows without a usable baseline or without their own throughput keep None.
+    """
+    rows = [dict(row) for row in rows]
+    baselines = {
+        (row["run_id"], row["benchmark_case_id"]): row[THROUGHPUT_COLUMN]
+        for row in rows
+        if row["workload_implementation"] == baseline and row.get(THROUGHPUT_COLUMN)
+    }
+    for row in rows:
+        own = row.get(THROUGHPUT_COLUMN)
+        if row["workload_implementation"] == candidate and own:
+            same_run = [r for r in rows if r["run_id"] == row["run_id"]]
+            peer = best_peer(same_run, row["benchmark_case_id"], candidate, baseline)
+            if peer is not None:
+                row[PEER_RATIO_COLUMN] = own / peer[THROUGHPUT_COLUMN]
+                row["best_peer_implementation"] = peer["workload_implementation"]
+            reference = reference_row(same_run, row["benchmark_case_id"])
+            if reference is not None:
+                row[REFERENCE_RATIO_COLUMN] = own / reference[THROUGHPUT_COLUMN]
+                row["reference_implementation"] = reference["workload_implementation"]
+        reference = baselines.get((row["run_id"], row["benchmark_case_id"]))
+        if reference is None:
+            continue
+        row["baseline_implementation"] = baseline
+        row[RATIO_COLUMN] = None if own is None else own / reference
+    return rows

@@ -1,0 +1,16 @@
+"""The arms a run compares, by name, and the role each plays in the tables.
+
+Kept apart from ``worker.arms`` (which builds each arm's reader or writer and imports torch and
+the arms' libraries) so that what the result rows and the run config need to know, which names
+exist and which is the candidate, the baseline, a peer or a reference, sits below every
+sub-package that uses it: ``record`` and ``runner`` read the roles, ``worker`` builds the arms.
+Pure Python, no imports.
+"""
+
+CANDIDATE = "gcsckpt"  # ours: every ratio is this arm's throughput over another's
+BASELINE = "fsspec"  # torch's stock FsspecReader / FsspecWriter over gcsfs
+LOCALFS = "localfs"  # torch's stock FileSystemWriter into node-local tmpfs (writers only)
+READERS = (CANDIDATE, BASELINE, "msc", "dataflux")
+WRITERS = (*READERS, LOCALFS)
+PEERS = ("msc", "dataflux")  # arms that are neither ours nor the stock baseline
+REFERENCES = (LOCALFS,)  # floors to compare with, never peers (no "best peer" among them)

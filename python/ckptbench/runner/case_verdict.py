@@ -1,0 +1,191 @@
+"""Turns the ranks' answers to a load job into one CaseResult (ok, or failed with the reason).
+
+A (case, reader) pair fails when any rank raised, when fewer rounds than asked completed, when any
+loaded entry's checksum differs from the save-time one, or when the tensor bytes committed differ
+from the bytes the rank's state dict needs. Its rounds are still recorded (for diagnosis).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ckptbench.record.case_result import (
+    SCENARIO_WRITE,
+    STATUS_FAILED,
+    STATUS_OK,
+    CaseInfo,
+    CaseResult,
+    RankCounters,
+    RoundRecord,
+)
+from ckptbench.record.resources import ResourceUsage
+from ckptbench.runner.manifest import SetupManifest
+from ckptbench.worker.jobs import RankLoadResult, RankRound
+from ckptbench.worker.rank import RankFailure
+
+_LISTED = 3  # keys named per failing rank in a message
+_PROBLEMS = 4  # problems quoted in one error message; the rest are counted
+
+
+def _message(problems: list[str]) -> str:
+    more = len(problems) - _PROBLEMS
+    return "; ".join(problems[:_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
+
+
+def _round_problem(index: int, rank: int, record: RankRound) -> str | None:
+    where = f"round {index + 1} rank {rank}"
+    if record.mismatch_count:
+        keys = ", ".join(record.mismatched[:_LISTED])
+        return f"checksum mismatch in {where}: {record.mismatch_count} entries differ ({keys})"
+    if record.missing:
+        keys = ", ".join(record.missing[:_LISTED])
+        return f"{where}: state-dict keys differ from the saved ones ({keys})"
+    if record.committed_tensor_bytes != record.expected_bytes:
+        return (
+            f"{where}: {record.committed_tensor_bytes} tensor bytes loaded, "
+            f"{record.expected_bytes} expected"
+        )
+    return None
+
+
+def _rounds(ranks: Sequence[RankLoadResult]) -> list[RoundRecord]:
+    complete = min(len(r.rounds) for r in ranks)
+    records = []
+    for index in range(complete):
+        per_rank = [r.rounds[index] for r in ranks]
+        saves = [p.save for p in per_rank]
+        records.append(
+            RoundRecord(
+                rank_start_unix_s=[p.start_unix_s for p in per_rank],
+                rank_end_unix_s=[p.end_unix_s for p in per_rank],
+                rank_counters=[
+                    RankCounters.from_mapping(p.counters, rank) for rank, p in enumerate(per_rank)
+                ],
+                rank_saves=None if any(m is None for m in saves) else saves,
+            )
+        )
+    return records
+
+
+def merge_rank_results(parts: Sequence[Sequence[Any]]) -> list[Any]:
+    """Per rank, one result from several jobs' gathered results (in job order): rounds and
+    written bytes concatenated, the first error kept; a rank that failed in any job stays a
+    RankFailure. ``parts`` are gathered lists of the same world size."""
+    merged: list[Any] = []
+    for entries in zip(*parts, strict=True):
+        failure = next((e for e in entries if isinstance(e, RankFailure)), None)
+        if failure is not None:
+            merged.append(failure)
+            continue
+        merged.append(
+            RankLoadResult(
+                rank=entries[0].rank,
+                rounds=tuple(r for e in entries for r in e.rounds),
+                error=next((e.error for e in entries if e.error), None),
+                written_bytes=tuple(b for e in entries for b in e.written_bytes),
+            )
+        )
+    return merged
+
+
+def load_result(
+    info: CaseInfo,
+    reader: str,
+    gathered: Sequence[Any] | None,
+    rounds_wanted: int,
+    *,
+    manifest: SetupManifest | None,
+    reader_options: Mapping[str, Any],
+    resources: ResourceUsage | None = None,
+    error: str | None = None,
+    scenario: str | None = None,
+    written_bytes: int | None = None,
+) -> CaseResult:
+    """The CaseResult of one load job (or, with ``scenario=checkpoint_write``, one save job).
+
+    Args:
+      info: the case. reader: the reader's name.
+      gathered: per-rank results (RankLoadResult or RankFailure), or None when the job gave
+        none (then ``error`` says why).
+      rounds_wanted: rounds the job was asked for.
+      manifest: the checkpoint's setup manifest (physical size, object count).
+      reader_options: recorded with the row.
+      resources: process-tree usage during the job.
+      error: a failure found before or around the job (launch error, setup failure).
+      scenario: ``checkpoint_write`` for a save job (default: a load job).
+      written_bytes: for a save job, the bytes one save left in storage (its physical size);
+        the object count is then unknown (None).
+    """
+    problems: list[str] = [error] if error else []
+    records: list[RoundRecord] = []
+    verified = False
+    if gathered is not None:
+        failed = [g for g in gathered if isinstance(g, RankFailure)]
+        problems += [f.message for f in failed]
+        loads = [g for g in gathered if isinstance(g, RankLoadResult)]
+        if not failed and loads:
+            problems += sorted({r.error for r in loads if r.error})
+            records = _rounds(loads)
+            found = [
+                _round_problem(index, rank, load.rounds[index])
+                for index in range(len(records))
+                for rank, load in enumerate(loads)
+            ]
+            problems += [p for p in found if p]
+            if len(records) < rounds_wanted and not problems:
+                problems.append(f"only {len(records)} of {rounds_wanted} rounds completed")
+            verified = not problems and len(records) == rounds_wanted
+    if not problems and not records:
+        problems.append("the job returned no rounds")
+    return CaseResult(
+        case=info,
+        reader=reader,
+        rounds=records,
+        status=STATUS_FAILED if problems else STATUS_OK,
+        error_message=_message(problems) if problems else None,
+        checksums_verified=verified,
+        checkpoint_physical_size_bytes=(
+            written_bytes
+            if scenario == SCENARIO_WRITE
+            else (manifest.physical_size_bytes if manifest else None)
+        ),
+        checkpoint_object_count=(
+            None if scenario == SCENARIO_WRITE or not manifest else manifest.object_count
+        ),
+        reader_options=dict(reader_options),
+        resources=resources,
+        **({"scenario": scenario} if scenario else {}),
+    )
+
+
+def save_result(
+    info: CaseInfo,
+    writer: str,
+    gathered: Sequence[Any] | None,
+    rounds_wanted: int,
+    *,
+    writer_options: Mapping[str, Any],
+    resources: ResourceUsage | None = None,
+    error: str | None = None,
+) -> CaseResult:
+    """The CaseResult of one save job (``info`` named ``save-...``): fails like a load job,
+    and also when rank 0 reports no written bytes or saves of different sizes."""
+    sizes: set[int] = set()
+    for entry in gathered or ():
+        if isinstance(entry, RankLoadResult) and entry.rank == 0:
+            sizes = set(entry.written_bytes)
+    if error is None and gathered is not None and len(sizes) > 1:
+        error = f"saves of {writer} wrote different sizes: {sorted(sizes)} bytes"
+    return load_result(
+        info,
+        writer,
+        gathered,
+        rounds_wanted,
+        manifest=None,
+        reader_options=writer_options,
+        resources=resources,
+        error=error,
+        scenario=SCENARIO_WRITE,
+        written_bytes=max(sizes) if sizes else None,
+    )

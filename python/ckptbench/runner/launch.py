@@ -1,0 +1,153 @@
+"""Launchers: how the runner gets a job run on every rank of a case's world.
+
+``SpawnLauncher`` (single machine, the default) runs each job on fresh local rank processes
+through ``gcsckpt.testing.local_ranks`` (the launcher the tests use too: forkserver with torch,
+transformers, google-cloud-storage and the worker preloaded, model building warmed up once by
+``worker.warm_up``; a free loopback port), relays the ranks' progress messages to the display,
+enforces a wall-clock limit and returns rank 0's gathered results.
+Fresh processes per job return setup memory before the timed rounds. A job whose arm runs on
+another interpreter (``job.python``, e.g. the dataflux arm's venv) gets its ranks started with
+"spawn" on that interpreter (no preload there: each rank imports what it needs).
+
+``TorchrunLauncher`` is for processes started by ``torchrun`` (one per rank, any number of
+nodes): the group is already formed (``env://``), so every rank calls the job itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+
+from ckptbench.worker.rank import run_job, spawned_rank_main
+from gcsckpt.testing.local_ranks import LocalRanks, RankError
+
+# Imported once by the forkserver, shared copy-on-write by every rank process it forks: what
+# every job's ranks import or set up anyway (google-cloud-storage for the checksums object,
+# torch._dynamo through the model build), not what only some arms use (gcsfs, msc: a rank's
+# RSS, which the rows record, holds only what its arm loaded). None starts a thread on import
+# (the forkserver must fork without).
+_PRELOAD = [
+    "torch",
+    "torch.distributed.checkpoint",
+    "transformers",
+    "transformers.models.olmoe.modeling_olmoe",
+    "transformers.models.llama.modeling_llama",
+    "google.cloud.storage",
+    "ckptbench.worker.rank",
+    "ckptbench.worker.warm_up",
+]
+_QUEUE_SIZE = 10_000
+_GRACE_S = 60.0  # past the collective timeout: a hung collective raises inside the ranks first
+
+
+class JobError(RuntimeError):
+    """A job did not produce results: a rank process died, or the job ran past its time limit."""
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
+class SpawnLauncher:
+    """Runs jobs on ``job.case.world_size`` local rank processes.
+
+    Args:
+      timeout_s: wall-clock limit of one job, seconds; also the process group's collective
+        timeout, so a hung collective raises inside the ranks first.
+      start_method: ``forkserver`` (default) or ``spawn``.
+    """
+
+    is_leader = True
+
+    def __init__(self, timeout_s: float = 1800.0, start_method: str = "forkserver") -> None:
+        self.timeout_s = timeout_s
+        self.start_method = start_method
+        self._ranks = LocalRanks(_PRELOAD, start_method=start_method, timeout_s=timeout_s)
+        self._foreign: dict[str, LocalRanks] = {}
+
+    def _ranks_for(self, job: Any) -> LocalRanks:
+        executable = getattr(job, "python", None)
+        if executable is None:
+            return self._ranks
+        if executable not in self._foreign:
+            self._foreign[executable] = LocalRanks(timeout_s=self.timeout_s, executable=executable)
+        return self._foreign[executable]
+
+    def agree(self, value: Any) -> Any:
+        """One process decides everything here: the value is already agreed."""
+        return value
+
+    def run(self, job: Any, on_progress: Callable[[Any], None] | None = None) -> list[Any]:
+        """Runs ``job`` on fresh rank processes; returns rank 0's gathered per-rank results.
+
+        Args:
+          job: a ``SetupJob``, ``LoadJob``, ``SaveJob`` or ``VerifySaveJob``.
+          on_progress: called with the progress queue between polls (e.g.
+            ``ProgressDisplay.drain``); None to ignore progress.
+
+        Raises:
+          JobError: a rank process raised or exited (the message names the rank and the
+            error's last line), the job exceeded ``timeout_s``, or rank 0 left no results.
+          FileNotFoundError: the job's arm interpreter is missing.
+        """
+        ranks = self._ranks_for(job)
+        queue = ranks.queue(_QUEUE_SIZE)
+        world = job.case.world_size
+        poll = None if on_progress is None else (lambda: on_progress(queue))
+        try:
+            per_rank = ranks.run(
+                spawned_rank_main,
+                world,
+                job,
+                queue,
+                device=job.device,
+                on_poll=poll,
+                wall_limit_s=self.timeout_s + _GRACE_S,
+            )
+        except RankError as err:
+            if err.rank is None:
+                raise JobError(
+                    f"{job.label}: no result after {self.timeout_s:.0f} s on {world} ranks"
+                ) from err
+            if err.traceback is not None:  # its last line says what was raised
+                raise JobError(
+                    f"{job.label}: rank {err.rank} failed: {_last_line(err.traceback)}"
+                ) from err
+            raise JobError(f"{job.label}: {err}") from err
+        finally:
+            queue.close()
+        return per_rank[0]
+
+
+class TorchrunLauncher:
+    """Runs jobs in the current ``torchrun`` rank process (group already initialized).
+
+    Every rank walks the same cases; ``agree`` makes rank 0's decisions everyone's.
+    """
+
+    def __init__(self) -> None:
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self.is_leader = self.rank == 0
+
+    def agree(self, value: Any) -> Any:
+        """Rank 0's ``value`` on every rank (``broadcast_object_list``)."""
+        box = [value]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def run(self, job: Any, on_progress: Callable[[Any], None] | None = None) -> list[Any]:
+        """Runs ``job`` in this process; every rank returns all ranks' results.
+
+        Raises:
+          JobError: the case's world size differs from torchrun's.
+        """
+        if job.case.world_size != self.world_size:
+            raise JobError(
+                f"{job.label}: case needs world_size {job.case.world_size} but torchrun started "
+                f"{self.world_size} processes (use --world_size_override={self.world_size})"
+            )
+        return run_job(job)

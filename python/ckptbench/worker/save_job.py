@@ -1,0 +1,337 @@
+"""Rank side of the save phase: fresh state, fresh writer, barrier, timed ``dcp.save``, verify.
+
+Per round: build the case's state with ``round_seed(index)`` (new each round) and take its
+checksums; rank 0 empties the round's folder; make a new writer of the job's arm; barrier;
+``time.time()``, ``dcp.save``, ``time.time()``; barrier. Outside the timed window the save is
+verified by loading it back with torch's stock ``FileSystemReader`` from a byte-exact copy of
+its objects (see ``_verify``) into a state built with the setup seed (so values that were not
+loaded cannot pass), comparing every entry's sha256 with the one taken before the save, and
+checking the committed tensor bytes. Rank 0 then lists the folder (bytes written, for
+throughput) and deletes it, so saves never pile up in the bucket.
+
+Around each timed save every rank also measures itself (``save_probe.SaveProbe``): its own RSS
+right before ``dcp.save`` (after ``release_free_memory``: garbage collected, the C heap's free
+pages returned) and its peak during it (a 15 ms sampling thread), its state bytes, and
+the phases its writer sees (planning, the data phase of ``write_data``, the coordinator's
+``finish``); they travel with the round as ``RankRound.save``.
+
+The ``localfs`` reference writer saves into a folder on this node (``/dev/shm`` or the job's
+scratch dir, see ``arms.local_save_root``); its save is verified from that folder as it is (no
+copy; the same stock reader and checksums) and the folder is then removed. Every rank must be
+on one node.
+
+An arm whose rank processes run on another interpreter (dataflux, on its own venv) saves with
+``SaveJob(verify=False)``; ``VerifySaveJob`` then runs on the main interpreter, rebuilds the
+round's state from its seed for the checksums and verifies the same way, so every save is
+checked with the project's own pinned stack, never the arm's.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.api import CheckpointException
+
+from ckptbench.record.case_result import RankSave
+from ckptbench.roles import LOCALFS
+from ckptbench.worker import arms
+from ckptbench.worker.jobs import (
+    SAVE_SEED,
+    RankLoadResult,
+    RankRound,
+    SaveJob,
+    VerifySaveJob,
+    round_seed,
+)
+from ckptbench.worker.load_job import (
+    LISTED_KEYS,
+    compare_checksums,
+    describe_error,
+    job_scratch_dir,
+    msc_profile,
+)
+from ckptbench.worker.planner import counting_planner_for
+from ckptbench.worker.save_probe import SaveProbe, release_free_memory
+from ckptbench.worker.setup_job import rank_device
+from gcsckpt.dcp import ObjectStore
+from gcsckpt.models.state import expected_bytes, local_checksums
+from gcsckpt.parallel.app_state import build_app_state
+from gcsckpt.parallel.mesh import build_mesh
+
+# Saves are checked with torch's stock FileSystemReader (and its default planner), never with
+# the arm's own reader.
+VERIFY_READER = "FileSystemReader"
+
+
+def _empty(store: ObjectStore, bucket: str, prefix: str) -> int:
+    """Deletes every object under ``prefix/``; returns the bytes they held."""
+    objects = store.list_objects(bucket, f"{prefix}/")
+    for info in objects:
+        store.delete(bucket, info.name)
+    return sum(info.size for info in objects)
+
+
+def _copy_to_disk(store: ObjectStore, bucket: str, prefix: str, folder: str) -> int:
+    """Downloads every object under ``prefix/`` into ``folder`` (same relative names, byte for
+    byte, 4 at a time through ObjectStore); returns the bytes copied."""
+    objects = store.list_objects(bucket, f"{prefix}/")
+
+    def fetch(info) -> int:
+        path = os.path.join(folder, info.name[len(prefix) + 1 :])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        data = store.download(bucket, info.name)
+        with open(path, "wb") as f:
+            f.write(data)
+        return len(data)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return sum(pool.map(fetch, objects))
+
+
+def _folder_bytes(folder: str) -> int:
+    """Bytes of every file below ``folder`` (a local save: its ``.distcp`` files and
+    ``.metadata``)."""
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(folder)
+        for name in names
+    )
+
+
+def _local_folder(job: SaveJob, index: int, scratch: str) -> str:
+    """The ``localfs`` save folder of round ``index``: below ``job.local_root`` (``/dev/shm``)
+    with the job's scratch id in its name, else inside the job's scratch dir.
+
+    Raises:
+      ValueError: the ranks span more than one node (the folder is node-local).
+    """
+    world = dist.get_world_size()
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    if local_world != world:
+        raise ValueError(
+            f"the {LOCALFS} reference writes to a node-local folder and needs every rank "
+            f"on one node (world size {world}, {local_world} ranks on this node)"
+        )
+    name = f"{LOCALFS}-round{index + 1}"
+    if job.local_root is None:
+        return os.path.join(scratch, name)
+    return os.path.join(job.local_root, f"gcsckpt-bench-{os.path.basename(scratch)}-{name}")
+
+
+def _verify(
+    job: SaveJob | VerifySaveJob,
+    index: int,
+    saved_sums: dict[str, str],
+    timed: tuple[float, float],
+    mesh: Any,
+    device: Any,
+    store: ObjectStore | None,
+    scratch: str,
+    report,
+    measures: RankSave | None = None,
+    local_folder: str | None = None,
+) -> tuple[RankRound | None, int | None, str | None]:
+    """Loads round ``index``'s save back with torch's stock ``FileSystemReader`` from a
+    byte-exact copy of its objects on this node's disk (a ``localfs`` save: from
+    ``local_folder`` itself), into a state built with the setup seed, and compares every entry
+    with ``saved_sums``; rank 0 then lists and empties the folder (``localfs``: the node's
+    first rank removes it).
+
+    Why a copy: the stock FsspecReader over gcsfs sends one GET per item (~40 s per load of the
+    scaled OLMoE ep case here, ~4 min for fsdp), which made verification most of the main job's
+    save phase; a copy downloads each object once, and torch's own reader then checks the same
+    stored bytes. Each node's first rank (``LOCAL_RANK`` 0, rank 0 under the spawn launcher)
+    makes the copy.
+
+    Returns:
+      (the round, carrying ``measures``; bytes the save left (rank 0; else None); None) or
+      (None, None, error).
+    """
+    label = f"{job.writer} save {index + 1}"
+    prefix = job.storage.save_round_prefix(job.writer, index)
+    folder = local_folder or os.path.join(scratch, f"verify-{job.writer}-round{index + 1}")
+    copier = os.environ.get("LOCAL_RANK", str(dist.get_rank())) == "0"
+    written = None
+    report(f"{label}: verify with the stock reader", 0, 1)
+    try:
+        try:
+            if local_folder is not None:
+                if dist.get_rank() == 0:
+                    written = _folder_bytes(local_folder)
+            elif copier:
+                copy_store = store or ObjectStore(job.storage.endpoint)
+                try:
+                    _copy_to_disk(copy_store, job.storage.bucket, prefix, folder)
+                finally:
+                    if copy_store is not store:
+                        copy_store.close()
+            dist.barrier()
+            target = build_app_state(
+                job.case.model, job.case.parallel_dims, mesh, seed=SAVE_SEED, device=device
+            )
+            needed = expected_bytes(target)
+            planner = counting_planner_for(VERIFY_READER)
+            dcp.load(target, storage_reader=FileSystemReader(folder), planner=planner)
+        except (Exception, CheckpointException) as err:
+            if store is not None and local_folder is None:
+                _empty(store, job.storage.bucket, prefix)
+            return None, None, f"verifying load: {describe_error(err)}"
+        dist.barrier()
+    finally:
+        if copier:
+            shutil.rmtree(folder, ignore_errors=True)
+    differ, missing = compare_checksums(saved_sums, local_checksums(target))
+    done = RankRound(
+        start_unix_s=timed[0],
+        end_unix_s=timed[1],
+        counters={},
+        committed_tensor_bytes=planner.committed_tensor_bytes,
+        expected_bytes=needed,
+        mismatched=tuple(differ[:LISTED_KEYS]),
+        mismatch_count=len(differ),
+        missing=tuple(missing[:LISTED_KEYS]),
+        save=measures,
+    )
+    if store is not None and local_folder is None:
+        written = _empty(store, job.storage.bucket, prefix)
+    dist.barrier()  # nobody builds the next state before the folder is gone
+    report(f"{label}: verified", 1, 1)
+    del target, planner
+    gc.collect()
+    return done, written, None
+
+
+def _round_state(job: SaveJob | VerifySaveJob, index: int, mesh: Any, device: Any):
+    """The state round ``index`` saves (seed ``round_seed(index)``: the same on a rebuild)."""
+    return build_app_state(
+        job.case.model, job.case.parallel_dims, mesh, seed=round_seed(index), device=device
+    )
+
+
+def run_save(job: SaveJob, report) -> RankLoadResult:
+    """Runs ``job.rounds`` timed saves on this rank and, with ``job.verify``, verifies each one.
+
+    Args:
+      job: the save job.
+      report: ``report(phase, completed, total)`` progress callback.
+
+    Returns:
+      RankLoadResult (rounds time the saves; see ``jobs.RankLoadResult``); when ``dcp.save`` or
+      the verifying load raises, ``error`` says why and ``rounds`` holds the rounds before it.
+      Without ``job.verify`` each round is timed only (``VerifySaveJob`` checks it later) and
+      the save's objects stay in place.
+    """
+    rank = dist.get_rank()
+    device = rank_device(job.device)
+    mesh = build_mesh(job.case.parallel_dims, device.type)
+    scratch = job_scratch_dir()
+    store = ObjectStore(job.storage.endpoint) if rank == 0 else None
+    rounds: list[RankRound] = []
+    written: list[int] = []
+    try:
+        for index in range(job.first_round, job.first_round + job.rounds):
+            label = f"{job.writer} save {index + 1}"
+            prefix = job.storage.save_round_prefix(job.writer, index)
+            report(f"{label}: build state", 0, None)
+            state = _round_state(job, index, mesh, device)
+            saved_sums = local_checksums(state)
+            folder = None
+            if job.writer == LOCALFS:
+                folder = _local_folder(job, index, scratch)
+                if rank == 0:
+                    shutil.rmtree(folder, ignore_errors=True)
+            elif store is not None:
+                _empty(store, job.storage.bucket, prefix)
+            profile = None
+            if job.writer == "msc":
+                profile = msc_profile(scratch, "msc-writer", index, job.storage, cache=False)
+            writer = arms.make_writer(
+                job.writer, job.storage.bucket, prefix, job.storage.endpoint, profile, folder
+            )
+            probe = SaveProbe(writer, expected_bytes(state))
+            release_free_memory()  # the start RSS is memory in use (see its docstring)
+            dist.barrier()
+            report(f"{label}: save", 0, 1)
+            try:
+                with probe:
+                    start = time.time()
+                    dcp.save(state, storage_writer=writer)
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    end = time.time()
+                measures = probe.result()
+            except (Exception, CheckpointException) as err:
+                if folder is not None:
+                    if rank == 0:
+                        shutil.rmtree(folder, ignore_errors=True)
+                elif store is not None:
+                    _empty(store, job.storage.bucket, prefix)  # a failed save leaves nothing
+                return RankLoadResult(rank, tuple(rounds), error=describe_error(err))
+            finally:
+                if profile is not None:
+                    profile.close()
+            dist.barrier()
+            del state, writer, probe
+            gc.collect()
+            if not job.verify:
+                rounds.append(RankRound(start, end, {}, 0, 0, mismatch_count=-1, save=measures))
+                continue
+            done, size, error = _verify(
+                job,
+                index,
+                saved_sums,
+                (start, end),
+                mesh,
+                device,
+                store,
+                scratch,
+                report,
+                measures=measures,
+                local_folder=folder,
+            )
+            if error is not None:
+                return RankLoadResult(rank, tuple(rounds), error=error)
+            rounds.append(done)
+            if size is not None:
+                written.append(size)
+    finally:
+        if store is not None:
+            store.close()
+    return RankLoadResult(rank, tuple(rounds), written_bytes=tuple(written))
+
+
+def run_verify_save(job: VerifySaveJob, report) -> RankLoadResult:
+    """Verifies round ``job.first_round`` of a save made by a ``SaveJob(verify=False)``: rebuilds
+    the state it saved (same seed), loads the save back with the stock reader and compares.
+
+    Returns:
+      RankLoadResult with one round carrying the verification (its times are 0: the save job
+      has them; ``jobs.with_verification`` joins the two), or ``error``.
+    """
+    rank = dist.get_rank()
+    device = rank_device(job.device)
+    mesh = build_mesh(job.case.parallel_dims, device.type)
+    store = ObjectStore(job.storage.endpoint) if rank == 0 else None
+    scratch = job_scratch_dir()
+    try:
+        index = job.first_round
+        saved_sums = local_checksums(_round_state(job, index, mesh, device))
+        gc.collect()
+        done, size, error = _verify(
+            job, index, saved_sums, (0.0, 0.0), mesh, device, store, scratch, report
+        )
+    finally:
+        if store is not None:
+            store.close()
+    if error is not None:
+        return RankLoadResult(rank, (), error=error)
+    return RankLoadResult(rank, (done,), written_bytes=() if size is None else (size,))

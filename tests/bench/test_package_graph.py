@@ -1,0 +1,30 @@
+"""The benchmark's arrows: its sub-packages import each other without a cycle (deferred imports
+inside functions count), and the library ``gcsckpt`` never imports the benchmark."""
+
+import graphlib
+
+import ckptbench
+import gcsckpt
+from tests.import_graph import collapse, imported_modules, module_graph, package_modules
+
+BENCH = ckptbench.__name__
+
+
+def test_sub_packages_import_each_other_without_a_cycle():
+    graph = collapse(module_graph(ckptbench, deferred=True), depth=2)
+    subs = {"cases", "ceiling", "publish", "range_read", "record", "roles", "runner", "worker"}
+    assert {f"ckptbench.{s}" for s in subs} <= set(graph)
+    order = list(graphlib.TopologicalSorter(graph).static_order())  # CycleError on a cycle
+    # The result records sit below the rank side that fills them, the arm roles below both.
+    assert order.index("ckptbench.roles") < order.index("ckptbench.record")
+    assert order.index("ckptbench.record") < order.index("ckptbench.worker")
+    assert order.index("ckptbench.worker") < order.index("ckptbench.runner")
+
+
+def test_the_library_never_imports_the_benchmark():
+    found = {
+        name: sorted(m for m in imported_modules(path, deferred=True) if m.split(".")[0] == BENCH)
+        for name, path in package_modules(gcsckpt).items()
+    }
+    assert len(found) > 30  # io, dcp, testing, models, parallel modules were read
+    assert {name: hits for name, hits in found.items() if hits} == {}
