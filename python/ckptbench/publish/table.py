@@ -162,8 +162,8 @@ def save_table(
     how close the candidate comes to a save whose storage is nearly free), and memory: the
     highest peak RSS of any rank, that rank's bound (1.1 x its state bytes + 256 MiB), whether
     every rank stayed within its own bound, and the largest peak-minus-start increase (what the
-    save itself added). Absolute RSS includes torch itself (~200-400 MiB of libraries) and the
-    state; the figures are printed, never asserted.
+    save itself added). Absolute RSS includes torch's libraries (the printed note gives their
+    size) and the state; the figures are printed, never asserted.
 
     Args:
       rows: result rows (``metrics.case_row``).

@@ -206,8 +206,9 @@ def ceiling_factory(s: Settings, endpoint: str) -> Callable[[], object]:
 
 
 def run_tuning(s: Settings, name: str, endpoint: str, source) -> list[report.Row]:
-    """Sweeps the reader's tuning options (the measurement behind gcsckpt.io.defaults). Each
-    sweep is one interleaved group with the ceiling."""
+    """Sweeps the reader's tuning options (the sweeps behind the defaults of gcsckpt.io.defaults;
+    figures: docs/measurements.md, "Tuning constants"). Each sweep is one interleaved group with
+    the ceiling."""
 
     def reader(conc: int, **options):
         return lambda: ReaderClient(endpoint, BUCKET, OBJECT, conc, **options)

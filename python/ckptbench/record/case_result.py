@@ -157,9 +157,8 @@ class RankSave:
     Memory: the rank process's resident set size (psutil), sampled right before ``dcp.save``
     (the save job first collects garbage and returns the C heap's free pages, so the start is
     memory in use) and every few milliseconds on a daemon thread until it returns. Absolute RSS
-    includes torch itself (~200-400 MiB of libraries and runtime on this machine: 214 MiB in a
-    spawned gloo rank before it built its state) and the state being saved, so
-    ``rss_peak_bytes - rss_start_bytes`` is what the save added.
+    includes torch's own libraries and runtime (docs/measurements.md, "The start RSS of a save")
+    and the state being saved, so ``rss_peak_bytes - rss_start_bytes`` is what the save added.
 
     Phases, as the writer sees them (its methods timed from the outside, the writer unchanged):
     ``plan_s`` is time inside its ``prepare_local_plan`` (and ``prepare_global_plan`` on the

@@ -186,7 +186,8 @@ def save_columns(rounds: Sequence[RoundRecord], bytes_per_round: int | None, tim
     Memory over every (round, rank): the highest peak RSS, the bound ``1.1 x state bytes +
     256 MiB`` of the rank (and round) that had it, whether every rank stayed within its own
     bound, the highest state bytes and start RSS, and the largest peak-minus-start increase.
-    Absolute RSS includes torch itself (~200-400 MiB of libraries) and the state.
+    Absolute RSS includes torch's libraries (docs/measurements.md, "The start RSS of a save")
+    and the state.
 
     Phases: the writer's planning seconds (most of any rank), the coordinator's ``finish``
     (mean over rounds), the data phase per round (the longest rank's ``write_data`` until its

@@ -1,60 +1,17 @@
 """The benchmark's arms: each reader and writer it compares, made for the endpoint in use.
 
-Readers (``--readers``) and writers (``--writers``):
-
-- ``gcsckpt``: ``gcsckpt.dcp.GCSStorageReader`` / ``GCSStorageWriter`` with their defaults.
-- ``fsspec``: torch's stock ``FsspecReader`` / ``FsspecWriter`` over gcsfs, as shipped (see
-  ``baseline``).
-- ``msc``: multi-storage-client's ``MultiStorageFileSystemReader`` / ``-Writer``
-  (``multistorageclient.contrib.torch``) on its GCS provider (google-cloud-storage). Its docs'
-  tuning: the reader's ``thread_count`` prefetches whole objects in parallel, and a node-local
-  file cache (``caching_enabled``) makes the ranks of one machine fetch each object once.
-  Measured here (8 gloo ranks, scaled OLMoE, local endpoint): thread_count=8 with the cache,
-  23.7 s (fsdp) and 6.9-8.5 s (ep) per load, against 25-26 s and 12-13 s with its defaults;
-  so that is the setting used. The writer runs with ``thread_count=4`` (the objects per rank
-  GCSStorageWriter writes by default, so both upload the same number of objects in parallel)
-  and the GCS provider's documented upload settings, written out in the profile so the rows
-  record them: objects above ``multipart_threshold`` (64 MiB) go up as an XML multipart upload
-  of ``multipart_chunksize`` (32 MiB) parts, ``max_concurrency`` (8) at a time. An endpoint
-  without XML multipart upload fails those saves, and the arm is reported failed with that
-  error (the settings are never changed to suit the endpoint).
-- ``dataflux``: gcs-torch-dataflux's ``GCSDistributedReader`` / ``GCSDistributedWriter`` (torch's
-  FileSystemReader/-Writer on a google-cloud-storage client) with the settings its docs and demos
-  use, i.e. its defaults: the writer keeps torch's ``thread_count=1`` and uploads every object
-  (``.metadata`` too) as an XML multipart upload of 32 MiB parts, 8 at a time, each part with its
-  CRC32C; the reader downloads each object a rank reads whole into memory. One fix makes its
-  writer work with torch 2.13 at all (see :func:`_dataflux_classes`). gcs-torch-dataflux 1.4.0
-  imports a google-cloud-storage 2.x helper that 3.x removed, so this arm's rank processes run on
-  a venv of their own (``DATAFLUX_PYTHON``, built by ``tools/peers/dataflux/venv.sh`` from its own
-  lock, google-cloud-storage 2.19.0). Its ``dataflux_pytorch.lightning`` package ``__init__``
-  imports lightning (a training framework) for its Lightning CheckpointIO classes, which this arm
-  does not use: the venv has no lightning, and :func:`_dataflux_classes` imports
-  ``dataflux_pytorch.lightning.gcs_filesystem`` (where the two DCP classes live, importing only
-  torch and google-cloud-storage) without running that ``__init__``. Its saves are verified in a
-  job of its own on the main venv (the check never runs on the arm's stack); that venv has no
-  gcsfs (gcsfs 2026.10.1 needs google-cloud-storage 3.x), so it cannot run the stock fsspec reader
-  either.
-
-- ``localfs`` (writers only): torch's stock ``FileSystemWriter`` with its defaults (one file
-  per rank, one thread, files fsynced) into a folder on this node's local tmpfs (``/dev/shm``
-  when it has room for the case, see :func:`local_save_root`; else the job's scratch dir; the
-  row's settings say which). It is a reference, not a peer: what ``dcp.save`` costs when
-  storage is (nearly) free, i.e. DCP's own planning, serialization and collectives. For 8 gloo
-  ranks of the scaled OLMoE ep case (990 MB) on the 2-core development machine it took
-  2.9-3.4 s per save, ~1 s of it in ``write_data``. It is never the "best peer"
-  (``REFERENCES``); the tables give gcsckpt's ratio to it. Its saves are verified like the
-  others (stock FileSystemReader, every checksum) straight from the folder (no copy), which is
-  then removed. Every rank must be on one node (the folder is node-local).
-
-Against an emulator every arm is pointed at it with anonymous credentials (MSC: a ``type: gcs``
-profile with ``endpoint_url`` and ``skip_signature: true``; dataflux: a google-cloud-storage
-client with ``api_endpoint`` and AnonymousCredentials); against real GCS none of that, so each
-uses Application Default Credentials. Each timed MSC round gets its own profile name and its
-own empty cache folder, so no round reads what an earlier one cached and MSC's per-profile
-client cache starts fresh; the folder is removed after the round.
-
-Every arm's settings are returned by :func:`reader_settings` / :func:`writer_settings` and go
-into the result rows (``reader_options_json``).
+Readers (``--readers``) and writers (``--writers``): ``gcsckpt`` (GCSStorageReader / -Writer
+with their defaults), ``fsspec`` (torch's stock FsspecReader / -Writer over gcsfs, see
+``baseline``), ``msc`` (multi-storage-client's DCP reader / writer on its GCS provider, with its
+documented tuning), ``dataflux`` (gcs-torch-dataflux's DCP reader / writer with its defaults, on
+a venv of its own) and, writers only, ``localfs`` (torch's stock FileSystemWriter into a
+node-local folder: a reference for what ``dcp.save`` costs when storage is nearly free, never a
+peer). Each arm is built as its own docs use it, pointed at a local endpoint with anonymous
+credentials or at real GCS with Application Default Credentials, and never tuned to suit the
+endpoint: an arm the endpoint cannot serve is reported failed with its error. Every arm's
+settings are returned by :func:`reader_settings` / :func:`writer_settings` and go into the
+result rows (``reader_options_json``). Each arm's settings and why: docs/design.md, "The
+benchmark's arms"; the figures behind them: docs/measurements.md, "msc reader settings".
 """
 
 from __future__ import annotations
@@ -289,8 +246,8 @@ class MSCProfile:
 def _dataflux_classes():
     """(GCSDistributedReader, GCSDistributedWriter) without running the
     ``dataflux_pytorch.lightning`` package ``__init__`` (it imports lightning for classes this
-    arm does not use; see the module docstring): the package is registered uninitialized, with
-    its search path, so only ``gcs_filesystem`` and what it imports are executed.
+    arm does not use; docs/design.md, "The benchmark's arms"): the package is registered
+    uninitialized, with its search path, so only ``gcs_filesystem`` and what it imports run.
 
     One compatibility fix, recorded in the writer's settings: gcs-torch-dataflux 1.4.0's upload
     buffer (``DatafluxCheckpointBuffer``) uploads on every ``close()``, and torch 2.13's

@@ -7,8 +7,8 @@ requests and response bytes, so the baseline's rows carry request counts like gc
 retries inside ``_request``, so retried attempts are not visible here (``retries`` stays None).
 
 Against a local emulator, ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false`` must be set before gcsfs is
-imported (else every call first waits ~60 s on a gRPC probe, measured with gcsfs 2026.x); this
-module sets it when asked for an emulator reader and imports gcsfs only then.
+imported (else every call first waits on a gRPC probe: docs/measurements.md, "gcsfs's gRPC
+probe"); this module sets it when asked for an emulator reader and imports gcsfs only then.
 """
 
 from __future__ import annotations

@@ -1,29 +1,17 @@
 """Rank side of the save phase: fresh state, fresh writer, barrier, timed ``dcp.save``, verify.
 
-Per round: build the case's state with ``round_seed(index)`` (new each round) and take its
-checksums; rank 0 empties the round's folder; make a new writer of the job's arm; barrier;
-``time.time()``, ``dcp.save``, ``time.time()``; barrier. Outside the timed window the save is
-verified by loading it back with torch's stock ``FileSystemReader`` from a byte-exact copy of
-its objects (see ``_verify``) into a state built with the setup seed (so values that were not
-loaded cannot pass), comparing every entry's sha256 with the one taken before the save, and
-checking the committed tensor bytes. Rank 0 then lists the folder (bytes written, for
-throughput) and deletes it, so saves never pile up in the bucket.
-
-Around each timed save every rank also measures itself (``save_probe.SaveProbe``): its own RSS
-right before ``dcp.save`` (after ``release_free_memory``: garbage collected, the C heap's free
-pages returned) and its peak during it (a 15 ms sampling thread), its state bytes, and
-the phases its writer sees (planning, the data phase of ``write_data``, the coordinator's
-``finish``); they travel with the round as ``RankRound.save``.
-
-The ``localfs`` reference writer saves into a folder on this node (``/dev/shm`` or the job's
-scratch dir, see ``arms.local_save_root``); its save is verified from that folder as it is (no
-copy; the same stock reader and checksums) and the folder is then removed. Every rank must be
-on one node.
-
-An arm whose rank processes run on another interpreter (dataflux, on its own venv) saves with
-``SaveJob(verify=False)``; ``VerifySaveJob`` then runs on the main interpreter, rebuilds the
-round's state from its seed for the checksums and verifies the same way, so every save is
-checked with the project's own pinned stack, never the arm's.
+Per round: build the case's state with ``round_seed(index)`` and take its checksums; rank 0
+empties the round's folder; make a new writer of the job's arm; barrier; ``time.time()``,
+``dcp.save``, ``time.time()``; barrier. Around the save each rank measures itself
+(``save_probe.SaveProbe``: RSS before and peak during, state bytes, the writer's phases, sent as
+``RankRound.save``). Outside the timed window the save is verified: loaded back with torch's
+stock ``FileSystemReader`` from a byte-exact copy of its objects (``localfs``: from its folder as
+it is) into a state built with the setup seed, so values not loaded cannot pass, with every
+entry's sha256 and the committed tensor bytes compared. Rank 0 then lists the folder (bytes
+written) and deletes it, so saves never pile up. An arm whose ranks run on another interpreter
+(dataflux) saves with ``SaveJob(verify=False)`` and ``VerifySaveJob`` checks it on the main
+interpreter, so every save is checked with the project's own pinned stack, never the arm's.
+Method: docs/design.md, "Benchmark method" (Saves) and "The benchmark's arms".
 """
 
 from __future__ import annotations

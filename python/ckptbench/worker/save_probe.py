@@ -3,19 +3,14 @@
 The benchmark compares writers it does not own (msc, dataflux, torch's own), so nothing here
 changes a writer: ``WriterPhases`` wraps four methods of one writer *instance* from the outside
 (instance attributes shadow the class's methods; the class and every other instance are left
-as they are) and times them as DCP calls them. ``dcp.save`` runs, on every rank: the planner's
-local plan, the writer's ``prepare_local_plan``; on the coordinator the global plan and the
-writer's ``prepare_global_plan``; a gather and scatter of the plans; then ``write_data``, whose
-future DCP waits on; then a gather of the write results and, on the coordinator, ``finish``
-(``.metadata``, the commit). The data phase is timed from the ``write_data`` call until its
-future's value is ready: the future handed back to DCP is chained behind the writer's, so DCP's
-wait ends only after the stamp was taken.
-
-Why this matters: for 8 gloo ranks of the scaled OLMoE ep case (990 MB) on the 2-core
-development machine, torch's stock FileSystemWriter into a tmpfs folder took 2.9-3.4 s per save,
-of which ``write_data`` ~1 s; the other ~2 s are DCP's planning, pickling and collectives,
-whatever the storage. A writer's whole-save throughput is bounded by that; its data-phase
-throughput is what its storage path achieves.
+as they are) and times them as DCP calls them: planning (``prepare_local_plan`` on every rank,
+``prepare_global_plan`` on the coordinator), the data phase (``write_data`` until its future's
+value is ready: the future handed back to DCP is chained behind the writer's, so DCP's wait
+ends only after the stamp was taken) and the coordinator's ``finish`` (``.metadata``, the
+commit). Why: much of a save is DCP's own planning, pickling and collectives, whatever the
+storage, so the whole-save throughput is bounded by that while the data phase is what a
+writer's storage path achieves (docs/measurements.md, "Why the main job's saves tie with the
+peers").
 """
 
 from __future__ import annotations
@@ -39,9 +34,8 @@ def release_free_memory() -> bool:
     ``malloc_trim(0)``), so a rank's RSS right before its save is memory in use.
 
     Why: building a round's state (materializing the model, the optimizer state, checksums)
-    leaves freed heap pages resident. Measured for 2 ranks of the scaled OLMoE ep case (447 MiB of
-    state per rank): 1035 MiB RSS after building, 751 MiB after this. Without it the start
-    figure carries ~280 MiB of freed memory, and a writer's own allocations can reuse those
+    leaves freed heap pages resident (docs/measurements.md, "The start RSS of a save"). Without
+    it the start figure carries that freed memory, and a writer's own allocations can reuse those
     pages without raising RSS, hiding from the peak-minus-start figure. Every arm gets the same.
 
     Returns:

@@ -4,7 +4,7 @@
 ranged GETs in flight (libcurl, keep-alive, GIL released), retrying transient failures and
 checking every answer; ``Uploader`` (``gcsckpt.io.uploader``) writes objects from caller memory
 the same way, many resumable uploads in flight, each checked by CRC-32C. See ``RangeReader``
-for the behaviour and ``gcsckpt.io.defaults`` for how the default tuning was measured.
+for the behaviour and docs/measurements.md, "Tuning constants", for how the defaults were measured.
 ``ObjectStore`` (``gcsckpt.io.objects``, on google-cloud-storage) does the rest: whole small
 objects (``.metadata``), create-if-absent uploads, stat, list and delete. All retry under one
 ``RetryPolicy``.

@@ -6,8 +6,8 @@ import os
 import sys
 import warnings
 
-# gcsfs (2026.x) probes a gRPC endpoint for ~60 s on first use unless this is off; it reads the
-# variable once, at import.
+# gcsfs (2026.x) first waits on a gRPC probe unless this is off (docs/measurements.md, "gcsfs's
+# gRPC probe"); it reads the variable once, at import.
 _GCSFS_HNS_VAR = "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"
 
 
