@@ -1,4 +1,4 @@
-"""Local GCS for tests and benchmarks: LocalGCS (emulator + nginx), FaultProxy and Fault.
+"""Local GCS for tests and benchmarks: LocalGCS (our GCS server + nginx), FaultProxy and Fault.
 
 Importing this package sets GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false (unless already set) so that
 gcsfs, imported later by the stock FsspecReader baseline, does not wait on its gRPC probe.
