@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <string_view>
 
 #include "cc/gcsio/crc32c.h"
 #include "cc/gcsio/defaults.h"
@@ -14,6 +15,7 @@
 #include "cc/gcsio/py_requests.h"
 #include "cc/gcsio/py_retry.h"
 #include "cc/gcsio/py_uploader.h"
+#include "cc/gcsio/response_check.h"
 #include "cc/gcsio/upload_payload.h"
 
 namespace py = pybind11;
@@ -62,6 +64,14 @@ PYBIND11_MODULE(_gcsio, m) {
       py::arg("data"), py::arg("value") = 0,
       "CRC-32C of a C-contiguous buffer (or of the concatenation of a list/tuple of them), "
       "continuing from `value` (SSE4.2 or table; GIL released).");
+  m.def(
+      "redact_credentials",
+      [](std::string_view text, std::string_view secret) {
+        return gcsio::RedactCredentials(text, secret);
+      },
+      py::arg("text"), py::arg("secret") = "",
+      "`text` with `secret`, every Bearer token and every ya29. access token replaced by "
+      "'<redacted>' (the engine's one redaction rule, RedactCredentials).");
   m.def("crc32c_hardware", &gcsio::Crc32cHardware,
         "True when crc32c uses the SSE4.2 crc32 instruction on this CPU.");
 

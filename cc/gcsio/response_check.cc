@@ -30,6 +30,13 @@ bool IsTokenChar(char c) {
          c == '~' || c == '+' || c == '/' || c == '=';
 }
 
+// A character of a Google OAuth2 access token after its "ya29." prefix.
+bool IsAccessTokenChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-' || c == '.';
+}
+
+bool IsWordChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
+
 bool StartsWithBearer(std::string_view s) {
   static constexpr std::string_view kBearer = "bearer";
   if (s.size() <= kBearer.size()) return false;
@@ -164,6 +171,12 @@ std::string RedactCredentials(std::string_view text, std::string_view secret) {
       size_t end = j;
       while (end < rest.size() && IsTokenChar(rest[end])) ++end;
       if (end > j) out += kRedacted;  // "Bearer <redacted>" (already redacted) stays as it is
+      i += end;
+    } else if (rest.size() > 5 && rest.substr(0, 5) == "ya29." && IsAccessTokenChar(rest[5]) &&
+               (i == 0 || !IsWordChar(text[i - 1]))) {
+      size_t end = 5;  // a Google access token standing anywhere, not only after "Bearer"
+      while (end < rest.size() && IsAccessTokenChar(rest[end])) ++end;
+      out += kRedacted;
       i += end;
     } else {
       out.push_back(text[i]);

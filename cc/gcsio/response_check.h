@@ -67,9 +67,10 @@ Outcome CheckWholeObjectAnswer(const AttemptRange& range, int64_t content_length
 Outcome CheckGeneration(int64_t pinned, int64_t seen);
 
 // `text` with every occurrence of `secret` (when not empty; also a start of it cut off at the
-// end of `text`) and the token of every "Bearer <token>" replaced by "<redacted>" (the token
-// is its run of RFC 6750 token characters; the text after it is kept), so server bodies that
-// echo request headers never carry a token into errors.
+// end of `text`), the token of every "Bearer <token>" (its run of RFC 6750 token characters;
+// the text after it is kept) and every Google access token ("ya29.…") replaced by
+// "<redacted>", so server bodies that echo request headers never carry a token into errors.
+// The one redaction rule: gcsckpt.io.redact calls it through `_gcsio.redact_credentials`.
 std::string RedactCredentials(std::string_view text, std::string_view secret);
 
 // Verdict for a libcurl error code (`curl_code` != CURLE_OK); `detail` is libcurl's message.

@@ -75,6 +75,9 @@ TEST(ResponseCheckTest, RedactsTheTokenOnly) {
   const std::string once = RedactCredentials(R"({"a":"Bearer s3cr3t"} x)", "s3cr3t");
   EXPECT_EQ(once, R"({"a":"Bearer <redacted>"} x)");
   EXPECT_EQ(RedactCredentials(once, ""), once);
+  // A Google access token anywhere; not inside a longer word.
+  EXPECT_EQ(RedactCredentials("token=ya29.a_b-c.d&x=1", ""), "token=<redacted>&x=1");
+  EXPECT_EQ(RedactCredentials("xya29.abc ya29.", ""), "xya29.abc ya29.");
 }
 
 TEST(ResponseCheckTest, ClassifiesTransportErrors) {

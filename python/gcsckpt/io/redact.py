@@ -8,31 +8,25 @@ already redacts the token it sent; this is the Python side's one net for every e
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
+
+from gcsckpt.io.extension import _gcsio
 
 REDACTED = "<redacted>"
 
-# "Bearer <token>" in any case (header echoes), the token being its run of RFC 6750 token
-# characters, as the C++ engine's RedactCredentials reads it (cc/gcsio/response_check.cc): the
-# text after it (a quote, a comma, the rest of the echoed body) is kept. And Google OAuth2
-# access tokens ("ya29....") wherever they stand.
-_PATTERNS = (
-    re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9\-._~+/]+=*"),
-    re.compile(r"\bya29\.[0-9A-Za-z_\-.]+"),
-)
-
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
-    """``text`` with each of ``secrets`` (non-empty str) and every bearer token replaced.
+    """``text`` with each of ``secrets`` (non-empty str), every bearer token and every Google
+    access token (``ya29.``) replaced by ``<redacted>``; ``Bearer abc`` becomes
+    ``Bearer <redacted>`` and the text after a token is kept.
 
-    Tokens become ``<redacted>``; ``Bearer abc`` becomes ``Bearer <redacted>``.
+    The rule is the C++ engine's (``RedactCredentials``, cc/gcsio/response_check.cc), called
+    through ``_gcsio``, so both sides redact alike.
     """
     for secret in secrets:
         if secret:
-            text = text.replace(secret, REDACTED)
-    text = _PATTERNS[0].sub(lambda m: m.group(1) + REDACTED, text)
-    return _PATTERNS[1].sub(REDACTED, text)
+            text = _gcsio.redact_credentials(text, secret)
+    return _gcsio.redact_credentials(text)
 
 
 def redact_value(value, secrets: Iterable[str] = ()):
