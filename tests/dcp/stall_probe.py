@@ -8,12 +8,13 @@ time blocked in the save call (plus the wait for the previous save), CPU-seconds
 above the control (the rank and its children), all verified. Run from the repository root:
 
     PYTHONPATH=python:bazel-bin/cc/gcsio:tests/dcp /opt/gcsckpt/venv/bin/python \
-        tests/dcp/stall_probe.py --arms control,localfs,sync,thread,process --rounds 2
+        tests/dcp/stall_probe.py --arms control,localfs,sync:,thread:,thread+,process:,process+
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -25,9 +26,10 @@ import psutil
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.dcp import GCSCheckpointer, GCSSavePlanner, GCSStorageReader, GCSStorageWriter
 from gcsckpt.testing import LocalGCS
 from gcsckpt.testing.local_ranks import run_ranks
 
@@ -73,28 +75,40 @@ def _saver(arm: str, endpoint: str, run: str):
 
         return save, lambda: shutil.rmtree(root, ignore_errors=True)
     url = f"gs://{BUCKET}/{run}"
-    group = None if arm.endswith("+") else dist.new_group(backend="gloo")
-    if arm == "sync":
+    if arm.endswith("+"):  # the recommended set-up, gcsckpt.dcp.GCSCheckpointer
+        ckpt = GCSCheckpointer(arm[:-1], endpoint=endpoint)
+        return (lambda state, step: ckpt.save(state, f"{url}/{step}")), ckpt.close
+    # "MODE:FLAGS", one step at a time: s = staging buffers reused (one DefaultStager),
+    # p = GCSSavePlanner (plan cache), e = clients kept (else a token provider that pickles
+    # differently each save makes new ones, as before), n = background priority.
+    mode, _, flags = arm.partition(":")
+    group = dist.new_group(backend="gloo")
+    stager = None
+    if "s" in flags:
+        stager = DefaultStager(StagingOptions(False, mode == "process", False, False))
+    planner = GCSSavePlanner() if "p" in flags else None
+    kind = AsyncCheckpointerType.PROCESS if mode == "process" else AsyncCheckpointerType.THREAD
 
-        def save(state, step):
-            dcp.save(state, storage_writer=GCSStorageWriter(f"{url}/{step}", endpoint=endpoint))
+    def save(state, step):
+        writer = GCSStorageWriter(
+            f"{url}/{step}",
+            endpoint=endpoint,
+            token_provider=None if "e" in flags else functools.partial(str, f"{run}/{step}"),
+            background_nice=10 if "n" in flags else None,
+        )
+        if mode == "sync":
+            dcp.save(state, storage_writer=writer, planner=planner)
+            return None
+        return dcp.async_save(
+            state,
+            storage_writer=writer,
+            planner=planner,
+            process_group=group,
+            async_checkpointer_type=kind,
+            async_stager=stager,
+        )
 
-        return save, lambda: None
-    if arm in ("thread", "process"):
-        kind = AsyncCheckpointerType.PROCESS if arm == "process" else AsyncCheckpointerType.THREAD
-
-        def save(state, step):
-            writer = GCSStorageWriter(f"{url}/{step}", endpoint=endpoint)
-            return dcp.async_save(
-                state, storage_writer=writer, process_group=group, async_checkpointer_type=kind
-            )
-
-        return save, lambda: None
-    # "thread+" / "process+" / "sync+": the recommended set-up, gcsckpt.dcp.GCSCheckpointer.
-    from gcsckpt.dcp import GCSCheckpointer
-
-    ckpt = GCSCheckpointer(arm.rstrip("+"), endpoint=endpoint)
-    return (lambda state, step: ckpt.save(state, f"{url}/{step}")), ckpt.close
+    return save, (lambda: stager.close()) if stager else (lambda: None)
 
 
 def rank_arm(rank: int, arm: str, endpoint: str, run: str, steps: int, every: int) -> dict:
@@ -153,7 +167,9 @@ def rank_arm(rank: int, arm: str, endpoint: str, run: str, steps: int, every: in
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--arms", default="control,localfs,sync,thread,process")
+    p.add_argument(
+        "--arms", default="control,localfs,sync:,thread:,process:,sync+,thread+,process+"
+    )
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--steps", type=int, default=24)
     p.add_argument("--every", type=int, default=6)
@@ -171,7 +187,7 @@ def main() -> None:
                     2,
                     arm,
                     gcs.endpoint,
-                    f"{arm}-{r}",
+                    f"{arm.replace(':', '_').replace('+', 'plus')}-{r}",
                     args.steps,
                     args.every,
                     timeout_s=300.0,
