@@ -13,8 +13,8 @@ read again on the buffered path. A group whose stand-in has another length gets 
 
 from __future__ import annotations
 
-import math
 import io
+import math
 from collections.abc import Iterable
 from typing import NamedTuple
 

@@ -5,10 +5,10 @@ callback and the load's LoadStats. Out: every Fetch handed to `consume` once all
 are complete, in completion order within a window, with `data` its slot (a 1-D uint8 CPU
 tensor view of the window buffer, valid only during the call: a buffered fetch's bytes, a
 direct TORCH_SAVE fetch's archive head and tail; empty for an empty fetch) or None for a direct
-RAW fetch (the bytes are already in `fetch.target`). While window k is consumed, window k+1 is being fetched; a
-window's buffer is reused for a later one when big enough, so buffer memory stays at about two
-windows. On any error every outstanding range is cancelled before the error propagates, so no
-buffer is written after this returns.
+RAW fetch (the bytes are already in `fetch.target`). While window k is consumed, window k+1 is
+being fetched; a window's buffer is reused for a later one when big enough, so buffer memory
+stays at about two windows. On any error every outstanding range is cancelled before the error
+propagates, so no buffer is written after this returns.
 """
 
 from __future__ import annotations

@@ -100,7 +100,9 @@ def plan_fetches(
             raise errors.at(path, offset, length, str(e)) from None
         if descriptors or not is_raw_tensor_item(length, chunk.sizes, dtype):
             fetch = Fetch(path, offset, length, item, FetchKind.TORCH_SAVE, descriptors)
-            if not descriptors and (direct := _archive_direct(fetch, chunk.sizes, dtype, resolve_tensor)):
+            if not descriptors and (
+                direct := _archive_direct(fetch, chunk.sizes, dtype, resolve_tensor)
+            ):
                 archive_pending.append(direct)
             else:
                 fetches.append(fetch)
