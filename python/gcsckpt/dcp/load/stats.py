@@ -15,10 +15,11 @@ class LoadStats:
 
     read_items: ReadItems in the plan (tensor_items + bytes_items). direct_items: tensor items
     whose bytes went straight into the target tensor (the rest were copied from a window
-    buffer). direct_archive_items: TORCH_SAVE items among them. archive_templates: stand-in
-    archives made to place the direct TORCH_SAVE items (one per dtype, chunk shape and archive
-    length). archive_rereads: direct TORCH_SAVE items whose archive did not
-    match its template, read again through a buffer. objects: distinct objects read.
+    buffer). direct_archive_items: TORCH_SAVE items among them. archive_templates: groups
+    (dtype, chunk shape, archive length) of TORCH_SAVE items with a template to place them
+    (one stand-in `torch.save` each, kept for the process's later loads). archive_rereads:
+    direct TORCH_SAVE items whose archive did not match its template, read again through a
+    buffer. objects: distinct objects read.
     ranges: byte ranges handed to the range reader. requests: HTTP GETs it sent (after
     coalescing/splitting, retries included). bytes_needed: bytes of the ranges. bytes_fetched:
     bytes received from the endpoint. retries: retried requests. windows: memory windows.
