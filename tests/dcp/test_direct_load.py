@@ -210,3 +210,15 @@ def test_short_read_into_a_target_commits_nothing(gcs):
     pattern = rf"rank 0: checkpoint load failed: gs://{BUCKET}/{name}/__\S+ bytes=\d+-\d+"
     assert re.search(pattern, message) and "body ended early" in message
     assert planner.committed == []  # heads and parts of the bytes arrived: nothing committed
+
+
+def test_filesystem_writer_checkpoint_lands_in_the_targets(gcs, tmp_path):
+    # Archives written by torch's own FileSystemWriter match the stand-in templates too.
+    dcp.save(_state(), storage_writer=dcp.FileSystemWriter(str(tmp_path)))
+    for path in tmp_path.iterdir():
+        gcs.put(BUCKET, f"stock/{path.name}", path.read_bytes())
+    state = _blank()
+    stats = _load(gcs.endpoint, "stock", state, check_commit_order=False).load_stats
+    want = _state()
+    assert all(torch.equal(state[k], want[k]) for k in ("w", "x", "b")) and state["m"] == want["m"]
+    assert _paths(stats) == (3, 3, 3, 0)
