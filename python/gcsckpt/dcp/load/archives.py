@@ -30,7 +30,7 @@ from gcsckpt.dcp.torch_save_view import plain_storage, varying_spans
 GroupKey = tuple[torch.dtype, tuple[int, ...], int]
 
 # Largest chunk (bytes) given a stand-in: saving one costs a copy and a CRC of its bytes
-# (~1 GB/s), once per group and load; items of larger chunks keep the buffered path.
+# (~1 GB/s), once per group and process; items of larger chunks keep the buffered path.
 STAND_IN_MAX_BYTES = 16 << 20
 
 

@@ -42,7 +42,7 @@ class FetchPlan(NamedTuple):
     bytes_items: int
     direct_items: int  # tensor fetches that land straight in the target tensor
     direct_archive_items: int  # TORCH_SAVE ones among them
-    archive_templates: int  # archives read to place them (one per group)
+    archive_templates: int  # groups (dtype, chunk shape, length) with a stand-in template
     objects: int  # distinct objects read
 
 
