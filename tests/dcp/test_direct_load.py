@@ -17,6 +17,7 @@ from torch.distributed.checkpoint.planner import LoadPlan
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
 from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.dcp.load.regions import narrow_block
 from gcsckpt.io import RetryPolicy
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
@@ -89,34 +90,27 @@ def _stored_bytes(gcs, name: str) -> int:
     return sum(info.length for info in metadata.storage_data.values())
 
 
-class _Rows(DefaultLoadPlanner):
-    """Loads rows 16..47 of `w` (a Shard(0) rank's slice of another layout), nothing else."""
+class _Region(DefaultLoadPlanner):
+    """Loads one region of `w` (offsets, sizes) into `state["w"]`, as a rank of another layout
+    would, and nothing else."""
+
+    def __init__(self, offsets: tuple[int, int], sizes: tuple[int, int]) -> None:
+        super().__init__()
+        self.chunk = ChunkStorageMetadata(offsets=torch.Size(offsets), sizes=torch.Size(sizes))
 
     def create_local_plan(self):
-        chunk = ChunkStorageMetadata(offsets=torch.Size([16, 0]), sizes=torch.Size([32, 32]))
         md = self.metadata.state_dict_metadata["w"]
-        return LoadPlan(create_read_items_for_chunk_list("w", md, [chunk]))
+        return LoadPlan(create_read_items_for_chunk_list("w", md, [self.chunk]))
 
     def resolve_tensor(self, read_item):
-        return self.state_dict["w"].narrow(0, read_item.dest_offsets[0], read_item.lengths[0])
-
-
-class _Columns(_Rows):
-    """Loads columns 8..23 of `w`: not one run of the stored bytes."""
-
-    def create_local_plan(self):
-        chunk = ChunkStorageMetadata(offsets=torch.Size([0, 8]), sizes=torch.Size([64, 16]))
-        md = self.metadata.state_dict_metadata["w"]
-        return LoadPlan(create_read_items_for_chunk_list("w", md, [chunk]))
-
-    def resolve_tensor(self, read_item):
-        return self.state_dict["w"]
+        return narrow_block(self.state_dict["w"], read_item.dest_offsets, read_item.lengths)
 
 
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.value)
 def test_resharded_contiguous_slice_lands_in_the_target(gcs, fmt):
     state = {"w": torch.zeros(32, 32)}
-    stats = _load(gcs.endpoint, fmt.value, state, planner=_Rows()).load_stats
+    planner = _Region((16, 0), (32, 32))  # rows 16..47: one run of the stored bytes
+    stats = _load(gcs.endpoint, fmt.value, state, planner=planner).load_stats
     assert torch.equal(state["w"], _state()["w"][16:48])
     archives = 1 if fmt is SerializationFormat.TORCH_SAVE else 0
     assert _paths(stats) == (1, 1, archives, 0)
@@ -127,7 +121,8 @@ def test_resharded_contiguous_slice_lands_in_the_target(gcs, fmt):
 @pytest.mark.parametrize("fmt", FORMATS, ids=lambda f: f.value)
 def test_strided_region_takes_the_buffered_path(gcs, fmt):
     state = {"w": torch.zeros(64, 16)}
-    stats = _load(gcs.endpoint, fmt.value, state, planner=_Columns()).load_stats
+    columns = _Region((0, 8), (64, 16))  # columns 8..23: not one run
+    stats = _load(gcs.endpoint, fmt.value, state, planner=columns).load_stats
     assert torch.equal(state["w"], _state()["w"][:, 8:24])
     assert _paths(stats) == (1, 0, 0, 0)
 
