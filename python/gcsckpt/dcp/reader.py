@@ -261,11 +261,16 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
                 stats.tensor_items = fetch_plan.tensor_items
                 stats.bytes_items = fetch_plan.bytes_items
                 stats.direct_items = fetch_plan.direct_items
+                stats.direct_archive_items = fetch_plan.direct_archive_items
+                stats.archive_templates = fetch_plan.archive_templates
                 stats.objects = fetch_plan.objects
                 stats.plan_s = time.perf_counter() - start
                 windows = make_windows(fetch_plan.fetches, max(1, self.max_inflight_bytes // 2))
                 decoder = Decoder(planner, self._transforms, errors, stats)
                 run_windows(windows, ranges, decoder.consume, stats)
+                if rereads := decoder.take_rereads():  # archives unlike their group's template
+                    window_bytes = max(1, self.max_inflight_bytes // 2)
+                    run_windows(make_windows(rereads, window_bytes), ranges, decoder.consume, stats)
         except RangeReadError as e:
             raise errors.from_range_error(e) from e
         finally:
