@@ -38,6 +38,17 @@ from gcsckpt.parallel.dims import SIZE_NAMES
 Row = dict[str, Any]
 
 WORKLOAD_FAMILY = "checkpointing"
+# The training benchmark's columns (``ckptbench.train.rows``); null on load and save rows.
+TRAIN_COLUMNS = (
+    "train_checkpoint_count",
+    "train_lost_seconds_per_checkpoint",
+    "train_blocked_seconds_per_checkpoint",
+    "train_step_inflation_ratio",
+    "train_time_to_durable_seconds",
+    "train_rss_peak_over_control_bytes",
+    "train_client_cpu_seconds_per_gb",
+    "train_measures_json",
+)
 THROUGHPUT_COLUMN = "checkpoint_read_throughput_mean_bytes_per_second"
 RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_baseline"
 PEER_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_best_peer"
@@ -370,6 +381,7 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
             if last_saves is None
             else _json_text([m.as_dict() for m in last_saves], "rank save measures")
         ),
+        **dict.fromkeys(TRAIN_COLUMNS),
         **resource_columns(result.resources),
     }
     return row
