@@ -90,7 +90,7 @@ def _state_bytes_estimate(scale: str) -> int:
     return count_parameters(build_meta_model(model_config(scale))) * 2 * 3
 
 
-def _failure(gathered: Sequence[Any]) -> str | None:
+def round_failure(gathered: Sequence[Any]) -> str | None:
     """The first rank error of a job, or the first checkpoint that did not verify."""
     for result in gathered:
         if not isinstance(result, RankTrain):
@@ -115,10 +115,10 @@ def _round(job: TrainJob, launcher: Any) -> list[Any]:
     on another)."""
     separate = job.python is not None
     gathered = launcher.run(dataclasses.replace(job, verify=False) if separate else job)
-    if separate and _failure(gathered) is None and job.checkpoint_steps:
+    if separate and round_failure(gathered) is None and job.checkpoint_steps:
         check = VerifyTrainJob(job, tuple(r.sums for r in gathered))
         checked = launcher.run(check)
-        if _failure(checked) is not None:
+        if round_failure(checked) is not None:
             return checked
         gathered = [
             dataclasses.replace(r, verified=c.verified, sums=())
@@ -174,7 +174,7 @@ def run_training(
                 jobs.setdefault(key, job)
                 try:
                     results = _round(job, launcher)
-                    error = _failure(results)
+                    error = round_failure(results)
                 except Exception as err:  # a job that cannot start or dies fails its arm
                     results, error = None, f"{type(err).__name__}: {err}"
                 if error is None:
