@@ -116,9 +116,7 @@ def test_checkpoints_are_removed_once_verified(trained, gcs):
 
 
 def test_a_writer_reading_tensors_after_its_call_returned_fails_verification(tmp_path):
-    job = TrainJob(
-        "localfs", "ep", 2, "tiny", 4, 2, BUCKET, None, "lazy", local_root=str(tmp_path)
-    )
+    job = TrainJob("localfs", "ep", 2, "tiny", 4, 2, BUCKET, None, "lazy", local_root=str(tmp_path))
     gathered = run_ranks(train_ranks.lazy_round, 2, job, timeout_s=120.0)[0]
     for rank in gathered:
         first, last = rank.verified

@@ -30,7 +30,9 @@ class LazySave:
     def result(self) -> None:
         if not self._done:
             dcp.save(
-                self._state, storage_writer=FileSystemWriter(self._folder), process_group=self._group
+                self._state,
+                storage_writer=FileSystemWriter(self._folder),
+                process_group=self._group,
             )
             self._done = True
             for callback in self._callbacks:

@@ -76,7 +76,8 @@ def train_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         lines.append(
             f"| {layout} | {name} | {verified} | {_text(row[LOST])} "
             f"| {_text(got['floor'], 1, 'x')} | {_text(got['best_peer'], 2, 'x')} "
-            f"| {_text(got['stock'], 3, 'x')} | {_text(row['train_blocked_seconds_per_checkpoint'])} "
+            f"| {_text(got['stock'], 3, 'x')} "
+            f"| {_text(row['train_blocked_seconds_per_checkpoint'])} "
             f"| {_text(row['train_step_inflation_ratio'], 2, 'x')} "
             f"| {_text(row['train_time_to_durable_seconds'])} | {rss} | {_text(row[CPU], 1)} "
             f"| {_text(got['cpu_floor'], 1, 'x')} |"

@@ -100,8 +100,17 @@ flags.DEFINE_list(
 )
 flags.DEFINE_list(
     "train_arms",
-    ["none", "localfs", "gcsckpt-sync", "gcsckpt-thread", "gcsckpt-process", "msc-sync",
-     "msc-async", "dataflux-sync", "dataflux-async"],
+    [
+        "none",
+        "localfs",
+        "gcsckpt-sync",
+        "gcsckpt-thread",
+        "gcsckpt-process",
+        "msc-sync",
+        "msc-async",
+        "dataflux-sync",
+        "dataflux-async",
+    ],
     "Arms of the training phase (fsspec-sync: ~35 s per 128 MB checkpoint, left out).",
 )
 flags.DEFINE_integer("train_steps", 8, "AdamW steps per round of the training phase.")

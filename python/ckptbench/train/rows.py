@@ -72,9 +72,7 @@ def round_figures(job: TrainJob, ranks: Sequence[RankTrain], control: Sequence[R
         blocked_s_per_checkpoint=per(
             max(sum(c.call_s + c.wait_s for c in r.checkpoints) for r in ranks)
         ),
-        step_inflation=(
-            _mean(flight) / control_step if flight and control_step else None
-        ),
+        step_inflation=(_mean(flight) / control_step if flight and control_step else None),
         durable_s=max(_mean([c.durable_s for c in r.checkpoints]) or 0.0 for r in ranks)
         if count
         else None,
@@ -137,42 +135,45 @@ def train_row(result: ArmResult, run: RunContext, settings: dict[str, Any]) -> d
         "rounds": [dataclasses.asdict(r) for r in rounds],
     }
     row = dict.fromkeys(column_names())
-    row.update({
-        "run_id": run.run_id,
-        "run_started_at": iso_timestamp(run.started_at),
-        "benchmark_case_id": case_id(job),
-        "workload_family": WORKLOAD_FAMILY,
-        "workload_scenario": SCENARIO_TRAIN,
-        "workload_implementation": job.arm,
-        "model_id": MODEL,
-        "model_scale": job.scale,
-        "checkpoint_strategy": job.layout,
-        "world_size": job.world_size,
-        **{column: getattr(dims, dim) for dim, column in SIZE_NAMES.items()},
-        "status": STATUS_OK if ok else STATUS_FAILED,
-        "error_message": result.error,
-        "checksums_verified": ok and all(r.verified_checkpoints == r.checkpoints for r in rounds),
-        "gcs_bucket_name": run.gcs_bucket_name,
-        "storage_endpoint": run.storage_endpoint,
-        "endpoint_modelled_latency_ms": run.endpoint_modelled_latency_ms,
-        "endpoint_modelled_stream_mbps": run.endpoint_modelled_stream_mbps,
-        "distributed_backend": run.distributed_backend,
-        "compute_accelerator_type": run.compute_accelerator_type,
-        **host_columns(run.host),
-        "reader_options_json": json.dumps(settings, sort_keys=True),
-        "measurement_round_count": len(rounds),
-        "save_state_bytes_per_rank_max": result.state_bytes or None,
-        "save_rss_start_bytes_per_rank_max": result.rss_start_bytes or None,
-        "save_rss_peak_bytes_per_rank_max": (
-            max(r.rss_peak_bytes for r in rounds) if rounds else None
-        ),
-        "train_checkpoint_count": checkpoints,
-        "train_lost_seconds_per_checkpoint": 0.0 if job.arm == CONTROL and ok else lost,
-        "train_blocked_seconds_per_checkpoint": _avg(rounds, "blocked_s_per_checkpoint"),
-        "train_step_inflation_ratio": _avg(rounds, "step_inflation"),
-        "train_time_to_durable_seconds": _avg(rounds, "durable_s"),
-        "train_rss_peak_over_control_bytes": None if over is None else int(over),
-        "train_client_cpu_seconds_per_gb": _avg(rounds, "cpu_s_per_gb"),
-        "train_measures_json": json.dumps(measures, sort_keys=True),
-    })
+    row.update(
+        {
+            "run_id": run.run_id,
+            "run_started_at": iso_timestamp(run.started_at),
+            "benchmark_case_id": case_id(job),
+            "workload_family": WORKLOAD_FAMILY,
+            "workload_scenario": SCENARIO_TRAIN,
+            "workload_implementation": job.arm,
+            "model_id": MODEL,
+            "model_scale": job.scale,
+            "checkpoint_strategy": job.layout,
+            "world_size": job.world_size,
+            **{column: getattr(dims, dim) for dim, column in SIZE_NAMES.items()},
+            "status": STATUS_OK if ok else STATUS_FAILED,
+            "error_message": result.error,
+            "checksums_verified": ok
+            and all(r.verified_checkpoints == r.checkpoints for r in rounds),
+            "gcs_bucket_name": run.gcs_bucket_name,
+            "storage_endpoint": run.storage_endpoint,
+            "endpoint_modelled_latency_ms": run.endpoint_modelled_latency_ms,
+            "endpoint_modelled_stream_mbps": run.endpoint_modelled_stream_mbps,
+            "distributed_backend": run.distributed_backend,
+            "compute_accelerator_type": run.compute_accelerator_type,
+            **host_columns(run.host),
+            "reader_options_json": json.dumps(settings, sort_keys=True),
+            "measurement_round_count": len(rounds),
+            "save_state_bytes_per_rank_max": result.state_bytes or None,
+            "save_rss_start_bytes_per_rank_max": result.rss_start_bytes or None,
+            "save_rss_peak_bytes_per_rank_max": (
+                max(r.rss_peak_bytes for r in rounds) if rounds else None
+            ),
+            "train_checkpoint_count": checkpoints,
+            "train_lost_seconds_per_checkpoint": 0.0 if job.arm == CONTROL and ok else lost,
+            "train_blocked_seconds_per_checkpoint": _avg(rounds, "blocked_s_per_checkpoint"),
+            "train_step_inflation_ratio": _avg(rounds, "step_inflation"),
+            "train_time_to_durable_seconds": _avg(rounds, "durable_s"),
+            "train_rss_peak_over_control_bytes": None if over is None else int(over),
+            "train_client_cpu_seconds_per_gb": _avg(rounds, "cpu_s_per_gb"),
+            "train_measures_json": json.dumps(measures, sort_keys=True),
+        }
+    )
     return row
