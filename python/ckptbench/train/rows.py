@@ -21,7 +21,7 @@ from typing import Any
 
 from ckptbench.publish.schema import column_names
 from ckptbench.record.case_result import STATUS_FAILED, STATUS_OK, RunContext
-from ckptbench.record.metrics import WORKLOAD_FAMILY, host_columns, iso_timestamp
+from ckptbench.record.metrics import WORKLOAD_FAMILY, run_columns
 from ckptbench.train.jobs import RankTrain, TrainJob
 from ckptbench.train.model import MODEL, layout_dims
 from ckptbench.train.saving import CONTROL
@@ -137,8 +137,7 @@ def train_row(result: ArmResult, run: RunContext, settings: dict[str, Any]) -> d
     row = dict.fromkeys(column_names())
     row.update(
         {
-            "run_id": run.run_id,
-            "run_started_at": iso_timestamp(run.started_at),
+            **run_columns(run),
             "benchmark_case_id": case_id(job),
             "workload_family": WORKLOAD_FAMILY,
             "workload_scenario": SCENARIO_TRAIN,
@@ -152,13 +151,6 @@ def train_row(result: ArmResult, run: RunContext, settings: dict[str, Any]) -> d
             "error_message": result.error,
             "checksums_verified": ok
             and all(r.verified_checkpoints == r.checkpoints for r in rounds),
-            "gcs_bucket_name": run.gcs_bucket_name,
-            "storage_endpoint": run.storage_endpoint,
-            "endpoint_modelled_latency_ms": run.endpoint_modelled_latency_ms,
-            "endpoint_modelled_stream_mbps": run.endpoint_modelled_stream_mbps,
-            "distributed_backend": run.distributed_backend,
-            "compute_accelerator_type": run.compute_accelerator_type,
-            **host_columns(run.host),
             "reader_options_json": json.dumps(settings, sort_keys=True),
             "measurement_round_count": len(rounds),
             "save_state_bytes_per_rank_max": result.state_bytes or None,
