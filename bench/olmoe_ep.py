@@ -3,11 +3,13 @@
 ``tools/bazel run //bench:olmoe_ep`` starts the local GCS endpoint, saves both checkpoints once
 (reused by later runs), loads each with gcsckpt (3 rounds) and the best peer, msc (1 round), and
 the fsdp case with the stock FsspecReader (1 round); then saves the ep case once with gcsckpt,
-each peer writer (msc, dataflux) and the ``localfs`` reference, every save verified, and measures
-the endpoint's upload ceiling. The tables give gcsckpt's ratios to stock, the best peer and
-(saves) the upload ceiling and localfs, and the run ends with every job's wall time. The sizes
-keep the job under 10 minutes on 2 cores (the stock reader's cost per round and each job's
-start-up: docs/measurements.md, "Stock path" and "Where a main-job run spends its time").
+each peer writer (msc, dataflux) and the ``localfs`` reference, every save verified, trains the
+small OLMoE under ep with every training arm but stock (//bench:train_ckpt's loop, one round,
+``--train_layouts=`` turns it off) and measures the endpoint's upload ceiling. The tables give
+gcsckpt's ratios to stock, the best peer and (saves) the upload ceiling and localfs, and the run
+ends with every job's wall time. The sizes keep the job to about 10 minutes on 2 cores (the
+stock reader's cost per round and each job's start-up: docs/measurements.md, "Stock path" and
+"Where a main-job run spends its time").
 Flags: ``-- --baseline_cases='*'`` / ``--save_cases='*'`` add the other case,
 ``--baseline_rounds=N``, ``--peer_rounds=N``, ``--reference_rounds=N`` (localfs) more rounds;
 every flag of //bench:checkpoint_load passes through (e.g. ``--bucket=gs://b/p``,
@@ -30,6 +32,7 @@ OLMOE_EP_DEFAULTS = {
     "save_rounds": 1,
     "reference_rounds": 1,
     "save_cases": ["load-olmoe_1b_7b_0924-ep-*"],
+    "train_layouts": ["ep"],
 }
 
 if __name__ == "__main__":

@@ -12,13 +12,27 @@ BENCH = ckptbench.__name__
 
 def test_sub_packages_import_each_other_without_a_cycle():
     graph = collapse(module_graph(ckptbench, deferred=True), depth=2)
-    subs = {"cases", "ceiling", "publish", "range_read", "record", "roles", "runner", "worker"}
+    subs = {
+        "cases",
+        "ceiling",
+        "publish",
+        "range_read",
+        "record",
+        "roles",
+        "runner",
+        "train",
+        "worker",
+    }
     assert {f"ckptbench.{s}" for s in subs} <= set(graph)
     order = list(graphlib.TopologicalSorter(graph).static_order())  # CycleError on a cycle
     # The result records sit below the rank side that fills them, the arm roles below both.
     assert order.index("ckptbench.roles") < order.index("ckptbench.record")
     assert order.index("ckptbench.record") < order.index("ckptbench.worker")
     assert order.index("ckptbench.worker") < order.index("ckptbench.runner")
+    # The training benchmark builds on the rank side and sits below the runner (the main job's
+    # training phase).
+    assert order.index("ckptbench.worker") < order.index("ckptbench.train")
+    assert order.index("ckptbench.train") < order.index("ckptbench.runner")
 
 
 def test_the_library_never_imports_the_benchmark():

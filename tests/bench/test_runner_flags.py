@@ -112,3 +112,19 @@ def test_olmoe_ep_defaults_save_with_the_localfs_reference_once(parse):
     config = config_from_flags()
     assert config.writers == ("gcsckpt", "msc", "dataflux", "localfs")
     assert [config.save_rounds_for(3, w) for w in config.writers] == [1, 1, 1, 1]
+
+
+def test_olmoe_ep_defaults_train_ep_with_every_arm_but_stock(parse):
+    spec = importlib.util.spec_from_file_location("olmoe_ep_defaults", OLMOE_EP)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    parse(f"--train_layouts={','.join(module.OLMOE_EP_DEFAULTS['train_layouts'])}")
+    train = config_from_flags().train
+    assert (train.layouts, train.ranks, train.rounds, train.scale) == (("ep",), 2, 1, "small")
+    assert train.run_arms[0] == "none" and "fsspec-sync" not in train.run_arms
+    assert len(train.run_arms) == 9
+    parse()
+    assert config_from_flags().train is None  # //bench:checkpoint_load: no training phase
+    parse("--train_layouts=ep", "--train_arms=gcsckpt-turbo")
+    with pytest.raises(app.UsageError, match="gcsckpt-turbo"):
+        config_from_flags()

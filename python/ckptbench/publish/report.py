@@ -44,11 +44,15 @@ def publish_report(
     out: TextIO | None = None,
     bigquery_endpoint: str | None = None,
     ceilings: Mapping[str, float] | None = None,
+    extra_rows: Sequence[Mapping[str, Any]] = (),
 ) -> PublishedReport:
     """Adds baseline ratios, validates once, then writes files, prints tables, plots, inserts.
 
     ``ceilings`` (case id -> the endpoint's raw ceiling, bytes/s, e.g. the upload ceiling for
     ``save-...`` cases) adds a ceiling column and the candidate's fraction of it to the summary.
+
+    ``extra_rows`` (e.g. the training phase's, tabulated by their own module) are validated,
+    written and inserted with the others but left out of these tables and the chart.
 
     Rows are validated before anything is written, so a bad row leaves no partial output.
 
@@ -60,8 +64,9 @@ def publish_report(
         raise ValueError("no result rows to publish (no case ran)")
     ratio_rows = add_baseline_ratios(rows, baseline=baseline, candidate=candidate)
     columns = load_columns()
-    validate_rows(ratio_rows, columns)
-    files = write_results(ratio_rows, output_dir, columns)
+    every_row = [*ratio_rows, *extra_rows]
+    validate_rows(every_row, columns)
+    files = write_results(every_row, output_dir, columns)
     markdown = print_report(
         ratio_rows, out=out, candidate=candidate, baseline=baseline, ceilings=ceilings
     )
@@ -72,7 +77,7 @@ def publish_report(
     if bigquery_table:
         from ckptbench.publish.bigquery import publish_rows  # heavy import, only when used
 
-        inserted = publish_rows(ratio_rows, bigquery_table, api_endpoint=bigquery_endpoint)
+        inserted = publish_rows(every_row, bigquery_table, api_endpoint=bigquery_endpoint)
     return PublishedReport(
         rows=ratio_rows,
         files=files,

@@ -38,6 +38,17 @@ from gcsckpt.parallel.dims import SIZE_NAMES
 Row = dict[str, Any]
 
 WORKLOAD_FAMILY = "checkpointing"
+# The training benchmark's columns (``ckptbench.train.rows``); null on load and save rows.
+TRAIN_COLUMNS = (
+    "train_checkpoint_count",
+    "train_lost_seconds_per_checkpoint",
+    "train_blocked_seconds_per_checkpoint",
+    "train_step_inflation_ratio",
+    "train_time_to_durable_seconds",
+    "train_rss_peak_over_control_bytes",
+    "train_client_cpu_seconds_per_gb",
+    "train_measures_json",
+)
 THROUGHPUT_COLUMN = "checkpoint_read_throughput_mean_bytes_per_second"
 RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_baseline"
 PEER_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_best_peer"
@@ -288,6 +299,22 @@ def _json_text(value: Any, what: str) -> str:
         raise ValueError(f"{what} is not JSON-serializable: {err}") from err
 
 
+def run_columns(run: RunContext) -> Row:
+    """The columns every row of a run shares: its id and start, the endpoint, backend, device
+    and host facts."""
+    return {
+        "run_id": run.run_id,
+        "run_started_at": iso_timestamp(run.started_at),
+        "gcs_bucket_name": run.gcs_bucket_name,
+        "storage_endpoint": run.storage_endpoint,
+        "endpoint_modelled_latency_ms": run.endpoint_modelled_latency_ms,
+        "endpoint_modelled_stream_mbps": run.endpoint_modelled_stream_mbps,
+        "distributed_backend": run.distributed_backend,
+        "compute_accelerator_type": run.compute_accelerator_type,
+        **host_columns(run.host),
+    }
+
+
 def case_row(result: CaseResult, run: RunContext) -> Row:
     """The flat result row of one case under one reader.
 
@@ -315,8 +342,7 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
     last_saves = rounds[-1].rank_saves if rounds else None
 
     row: Row = {
-        "run_id": run.run_id,
-        "run_started_at": iso_timestamp(run.started_at),
+        **run_columns(run),
         "benchmark_case_id": case.name,
         "workload_family": WORKLOAD_FAMILY,
         "workload_scenario": result.scenario,
@@ -330,13 +356,6 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         "status": result.status,
         "error_message": result.error_message,
         "checksums_verified": bool(result.checksums_verified),
-        "gcs_bucket_name": run.gcs_bucket_name,
-        "storage_endpoint": run.storage_endpoint,
-        "endpoint_modelled_latency_ms": run.endpoint_modelled_latency_ms,
-        "endpoint_modelled_stream_mbps": run.endpoint_modelled_stream_mbps,
-        "distributed_backend": run.distributed_backend,
-        "compute_accelerator_type": run.compute_accelerator_type,
-        **host_columns(run.host),
         "reader_options_json": _json_text(
             dict(result.reader_options), f"reader options of {result.reader!r}"
         ),
@@ -370,6 +389,7 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
             if last_saves is None
             else _json_text([m.as_dict() for m in last_saves], "rank save measures")
         ),
+        **dict.fromkeys(TRAIN_COLUMNS),
         **resource_columns(result.resources),
     }
     return row

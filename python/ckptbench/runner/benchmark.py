@@ -30,6 +30,7 @@ from rich.console import Console
 from ckptbench.cases.catalogue import Case
 from ckptbench.ceiling.upload import measure_upload_ceiling
 from ckptbench.publish.report import PublishedReport, publish_report
+from ckptbench.publish.train_table import print_train_table
 from ckptbench.record.case_result import CaseInfo, CaseResult, RunContext
 from ckptbench.record.host import collect_host_facts
 from ckptbench.record.metrics import case_row
@@ -47,6 +48,7 @@ from ckptbench.runner.manifest import (
     write_manifest,
 )
 from ckptbench.runner.storage import BenchStorage
+from ckptbench.train.run import run_training, training_rows
 from ckptbench.worker import arms
 from ckptbench.worker.jobs import (
     SAVE_SEED,
@@ -441,6 +443,23 @@ def _upload_ceiling(run: _Run, config: RunConfig, storage: BenchStorage) -> floa
     return ceiling.median_bytes_per_s
 
 
+def _training_phase(run: _Run, config: RunConfig, storage: BenchStorage) -> list[Any]:
+    """The training phase (``ckptbench.train``) on the run's endpoint, when asked for and on a
+    single machine; its per-arm results (its wall time goes to the phase table)."""
+    if config.train is None:
+        return []
+    if not isinstance(run.launcher, SpawnLauncher):
+        run.say("The training phase runs on a single machine only; skipped under torchrun.")
+        return []
+    started = time.monotonic()
+    try:
+        return run_training(
+            config.train, storage.bucket, storage.endpoint, storage.prefix, run.launcher, run.say
+        )
+    finally:
+        run.phase_seconds.append(("training phase", time.monotonic() - started))
+
+
 def run_benchmark(
     config: RunConfig,
     *,
@@ -496,6 +515,7 @@ def run_benchmark(
         )
         for case in cases:
             results.extend(run.case(case))
+        trained = _training_phase(run, config, storage)
         ceilings = None
         save_cases = [r.case.name for r in results if r.scenario == "checkpoint_write"]
         if save_cases and launcher.is_leader:
@@ -517,6 +537,7 @@ def run_benchmark(
     report = None
     if launcher.is_leader:
         rows = [case_row(result, context) for result in results]
+        train_rows = training_rows(trained, context) if trained else []
         report = publish_report(
             rows,
             output_dir,
@@ -526,7 +547,10 @@ def run_benchmark(
             out=out,
             bigquery_endpoint=config.bigquery_endpoint,
             ceilings=ceilings,
+            extra_rows=train_rows,
         )
+        if train_rows:
+            print_train_table(train_rows, config.train.note(), out)
         print(
             f"\nResults: {report.files.json_path}, {report.files.csv_path}, {report.plot_path}"
             + (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+from typing import Any
 
 from ckptbench.cases.catalogue import Case
 from ckptbench.cases.selection import select_run_cases
@@ -54,6 +55,8 @@ class RunConfig:
       force_setup: save checkpoints again even when a matching one exists.
       job_timeout_s: wall-clock limit of one job (setup, or one reader's rounds), seconds.
       list_only: print the selected case names and stop.
+      train: the training phase (``ckptbench.train.run.TrainSettings``), run after the cases
+        on the same endpoint (single machine only); None: none.
 
     Raises:
       ValueError: an unknown reader, scale or device; rounds < 1; a negative latency or a
@@ -88,6 +91,7 @@ class RunConfig:
     force_setup: bool = False
     job_timeout_s: float = 1800.0
     list_only: bool = False
+    train: Any = None
 
     def __post_init__(self) -> None:
         unknown = [r for r in self.readers if r not in READERS]

@@ -92,6 +92,30 @@ flags.DEFINE_float("stream_mbps", None, "Per-stream bandwidth cap of the local e
 flags.DEFINE_string("local_gcs_dir", DEFAULT_LOCAL_DIR, "Data folder of the local endpoint.")
 flags.DEFINE_bool("force_setup", False, "Save checkpoints again even when matching ones exist.")
 flags.DEFINE_float("job_timeout_s", 1800.0, "Wall-clock limit of one setup or load job, s.")
+flags.DEFINE_list(
+    "train_layouts",
+    [],
+    "Layouts of the training phase (ep, fsdp; //bench:train_ckpt's loop, small OLMoE on 2 "
+    "ranks, after the cases); empty: no training phase.",
+)
+flags.DEFINE_list(
+    "train_arms",
+    [
+        "none",
+        "localfs",
+        "gcsckpt-sync",
+        "gcsckpt-thread",
+        "gcsckpt-process",
+        "msc-sync",
+        "msc-async",
+        "dataflux-sync",
+        "dataflux-async",
+    ],
+    "Arms of the training phase (fsspec-sync: ~35 s per 128 MB checkpoint, left out).",
+)
+flags.DEFINE_integer("train_steps", 8, "AdamW steps per round of the training phase.")
+flags.DEFINE_integer("train_every", 4, "The training phase checkpoints after every N-th step.")
+flags.DEFINE_integer("train_rounds", 1, "Rounds per arm of the training phase.")
 
 _SPLIT = re.compile(r"[,\s]+")
 
@@ -115,6 +139,17 @@ def config_from_flags() -> RunConfig:
     if endpoint and not endpoint.startswith(("http://", "https://")):
         endpoint = f"http://{endpoint}"
     try:
+        train = None
+        if FLAGS.train_layouts:
+            from ckptbench.train.run import TrainSettings
+
+            train = TrainSettings(
+                layouts=tuple(FLAGS.train_layouts),
+                arms=tuple(FLAGS.train_arms),
+                steps=FLAGS.train_steps,
+                every=FLAGS.train_every,
+                rounds=FLAGS.train_rounds,
+            )
         return RunConfig(
             cases=tuple(FLAGS.cases),
             sweep_axes=_split(FLAGS.sweep_axes),
@@ -143,6 +178,7 @@ def config_from_flags() -> RunConfig:
             force_setup=FLAGS.force_setup,
             job_timeout_s=FLAGS.job_timeout_s,
             list_only=FLAGS.list,
+            train=train,
         )
     except ValueError as err:
         raise app.UsageError(str(err)) from err

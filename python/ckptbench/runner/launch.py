@@ -97,9 +97,10 @@ class SpawnLauncher:
         queue = ranks.queue(_QUEUE_SIZE)
         world = job.case.world_size
         poll = None if on_progress is None else (lambda: on_progress(queue))
+        entry = getattr(job, "rank_main", spawned_rank_main)  # a job may bring its own
         try:
             per_rank = ranks.run(
-                spawned_rank_main,
+                entry,
                 world,
                 job,
                 queue,

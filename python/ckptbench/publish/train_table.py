@@ -1,0 +1,95 @@
+"""The training benchmark's table: per layout, every arm's cost in the training loop, with the
+training time lost per checkpoint as ratios to the floor (localfs), to the best peer (the
+lowest of the msc / dataflux modes) and to stock (fsspec-sync), and client CPU per GB beside
+the floor's. Reads the rows only (``ckptbench.train.rows``), so any results.json can be
+tabulated again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TextIO
+
+from ckptbench.roles import BASELINE, LOCALFS, PEERS
+
+STOCK_ARM = f"{BASELINE}-sync"
+LOST = "train_lost_seconds_per_checkpoint"
+CPU = "train_client_cpu_seconds_per_gb"
+_RATIOS = ("floor", "best_peer", "best_peer_arm", "stock", "cpu_floor")
+HEADER = (
+    "| layout | arm | checkpoints verified | lost s/ckpt | x floor | x best peer | x stock "
+    "| blocked s/ckpt | step inflation | to durable s | peak RSS MiB (+ over control) "
+    "| client CPU s/GB | CPU x floor |"
+)
+
+
+def _ratio(value: Any, other: Any) -> float | None:
+    if value is None or other is None or other <= 0:
+        return None
+    return value / other
+
+
+def _text(value: Any, digits: int = 2, suffix: str = "") -> str:
+    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def ratios(rows: Sequence[Mapping[str, Any]], row: Mapping[str, Any]) -> dict[str, Any]:
+    """``row``'s lost time over the floor's, the best peer's and stock's (same case), its CPU per
+    GB over the floor's, and which peer arm was best; None where one is missing or <= 0."""
+    same = [r for r in rows if r["benchmark_case_id"] == row["benchmark_case_id"]]
+    ok = [r for r in same if r["status"] == "ok" and r.get(LOST) is not None]
+
+    def arm(name: str) -> Mapping[str, Any] | None:
+        return next((r for r in ok if r["workload_implementation"] == name), None)
+
+    peers = [r for r in ok if r["workload_implementation"].split("-")[0] in PEERS]
+    best = min(peers, key=lambda r: r[LOST], default=None)
+    floor, stock = arm(LOCALFS), arm(STOCK_ARM)
+    return {
+        "floor": _ratio(row.get(LOST), floor and floor[LOST]),
+        "best_peer": _ratio(row.get(LOST), best and best[LOST]),
+        "best_peer_arm": best and best["workload_implementation"],
+        "stock": _ratio(row.get(LOST), stock and stock[LOST]),
+        "cpu_floor": _ratio(row.get(CPU), floor and floor.get(CPU)),
+    }
+
+
+def train_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The Markdown table of the training rows (every arm, failed ones with their error)."""
+    lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
+    notes = []
+    for row in rows:
+        name = row["workload_implementation"]
+        layout = f"{row['checkpoint_strategy']} ws{row['world_size']}"
+        if row["status"] != "ok":
+            lines.append(f"| {layout} | {name} | FAILED |" + " |" * 10)
+            notes.append(f"{layout} {name}: {row['error_message']}")
+            continue
+        got = ratios(rows, row) if row["train_checkpoint_count"] else dict.fromkeys(_RATIOS)
+        count = row["train_checkpoint_count"] or 0
+        verified = "-" if not count else f"{count}/{count}" if row["checksums_verified"] else "NO"
+        peak = row["save_rss_peak_bytes_per_rank_max"]
+        over = row["train_rss_peak_over_control_bytes"]
+        rss = "-" if peak is None else f"{peak / 2**20:.0f}"
+        if over is not None:
+            rss += f" ({over / 2**20:+.0f})"
+        lines.append(
+            f"| {layout} | {name} | {verified} | {_text(row[LOST])} "
+            f"| {_text(got['floor'], 1, 'x')} | {_text(got['best_peer'], 2, 'x')} "
+            f"| {_text(got['stock'], 3, 'x')} "
+            f"| {_text(row['train_blocked_seconds_per_checkpoint'])} "
+            f"| {_text(row['train_step_inflation_ratio'], 2, 'x')} "
+            f"| {_text(row['train_time_to_durable_seconds'])} | {rss} | {_text(row[CPU], 1)} "
+            f"| {_text(got['cpu_floor'], 1, 'x')} |"
+        )
+    text = "\n".join(lines)
+    if notes:
+        text += "\n\n" + "\n".join(f"- {note}" for note in notes)
+    return text
+
+
+def print_train_table(rows: Sequence[Mapping[str, Any]], note: str, out: TextIO) -> str:
+    """Prints ``note`` and the table to ``out``; returns the table."""
+    text = train_markdown(rows)
+    print(f"\n### Saves in a training loop\n\n{note}\n\n{text}", file=out, flush=True)
+    return text
