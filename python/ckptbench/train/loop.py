@@ -152,6 +152,7 @@ def _loop(job: TrainJob, trainer: Any, config: dict, scratch: str, start: Callab
         wall = time.perf_counter() - began - paused
     finally:
         usage = sampler.stop()
+        saving.close_savers()
         if profile is not None:
             profile.close()
     return RankTrain(

@@ -4,8 +4,9 @@ An arm is ``<writer>-<mode>``: the writer as the save benchmark builds it
 (``ckptbench.worker.arms.make_writer``) and the mode, ``sync`` (``dcp.save``), ``thread``
 (``dcp.async_save``; ``async`` for the peers, the same call) or ``process``
 (``dcp.async_save(async_checkpointer_type=PROCESS)``). ``none`` is the control (no checkpoint)
-and ``localfs`` the floor (torch's FileSystemWriter into tmpfs, sync). gcsckpt's saver for each
-mode is built in one place, :func:`gcsckpt_save`.
+and ``localfs`` the floor (torch's FileSystemWriter into tmpfs, sync). gcsckpt's saves go
+through the product's ``GCSCheckpointer`` in one place, :func:`gcsckpt_save`; the peers' through
+torch's calls as their docs show.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from concurrent.futures import Future
 from typing import Any
 
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from ckptbench.roles import BASELINE, CANDIDATE, LOCALFS, PEERS
 from ckptbench.worker import arms
@@ -50,11 +50,15 @@ def arm_parts(arm: str) -> tuple[str | None, str | None]:
     return writer, mode
 
 
+_CHECKPOINTERS: dict[tuple, Any] = {}  # (mode, endpoint, group) -> the rank's GCSCheckpointer
+
+
 def gcsckpt_save(state: dict[str, Any], url: str, endpoint: str | None, mode: str, group: Any):
     """gcsckpt's checkpoint of ``state`` at ``url`` in ``mode`` (the one place its saver is
-    built): ``sync``: ``dcp.save``; ``thread``: ``dcp.async_save``; ``process``:
-    ``dcp.async_save`` with ``AsyncCheckpointerType.PROCESS``; always a fresh
-    ``GCSStorageWriter(url, endpoint=endpoint, overwrite=True)`` on process group ``group``.
+    built): through ``gcsckpt.dcp.GCSCheckpointer(mode)``, the product's recommended set-up
+    (staging buffers, plans and clients reused across saves, async work at background
+    priority), one per (mode, endpoint, process group) kept for the rank's later saves;
+    writers with ``overwrite=True``. :func:`close_savers` ends them.
 
     Returns:
       None for ``sync`` (saved when it returns), else the save's Future.
@@ -62,22 +66,22 @@ def gcsckpt_save(state: dict[str, Any], url: str, endpoint: str | None, mode: st
     Raises:
       ValueError: an unknown mode; what the save raises.
     """
-    from gcsckpt.dcp import GCSStorageWriter
+    from gcsckpt.dcp import GCSCheckpointer
 
-    writer = GCSStorageWriter(url, endpoint=endpoint, overwrite=True)
-    if mode == "sync":
-        dcp.save(state, storage_writer=writer, process_group=group)
-        return None
-    if mode == "thread":
-        return dcp.async_save(state, storage_writer=writer, process_group=group)
-    if mode == "process":
-        return dcp.async_save(
-            state,
-            storage_writer=writer,
-            process_group=group,
-            async_checkpointer_type=AsyncCheckpointerType.PROCESS,
-        )
-    raise ValueError(f"gcsckpt save mode {mode!r} is unknown; known: sync, thread, process")
+    key = (mode, endpoint, id(group))
+    checkpointer = _CHECKPOINTERS.get(key)
+    if checkpointer is None:
+        checkpointer = GCSCheckpointer(mode, process_group=group, endpoint=endpoint, overwrite=True)
+        _CHECKPOINTERS[key] = checkpointer
+    return checkpointer.save(state, url)
+
+
+def close_savers() -> None:
+    """Waits for and closes every GCSCheckpointer this rank made (frees staging buffers)."""
+    checkpointers = list(_CHECKPOINTERS.values())
+    _CHECKPOINTERS.clear()
+    for checkpointer in checkpointers:
+        checkpointer.close()
 
 
 def writer_mode_settings(arm: str, emulator: bool, local_root: str | None) -> dict[str, Any]:
@@ -86,6 +90,8 @@ def writer_mode_settings(arm: str, emulator: bool, local_root: str | None) -> di
     if writer is None:
         return {"role": "control: the same loop without checkpoints"}
     call = {"sync": "dcp.save", "process": "dcp.async_save(PROCESS)"}.get(mode, "dcp.async_save")
+    if writer == CANDIDATE:
+        call = f"GCSCheckpointer({mode!r})"
     settings = arms.writer_settings(writer, emulator, local_root)
     return {**settings, "mode": mode, "call": call}
 
