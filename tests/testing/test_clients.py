@@ -82,6 +82,29 @@ def test_gcsfs_write_read_list_ranges_remove(gcs):
         fs.cat("fs/run/odd name+%.bin")
 
 
+def test_gcsfs_mv_moves_by_move_to_and_keeps_a_rewritten_source(gcs, caplog):
+    # FsspecWriter commits `.metadata.tmp` -> `.metadata` with gcsfs's mv (JSON API moveTo).
+    gcs.create_bucket("fs-mv")
+    fs = gcsfs_filesystem(gcs.endpoint)
+    fs.pipe("fs-mv/run/.metadata.tmp", b"meta")
+    with caplog.at_level("WARNING", logger="gcsfs"):
+        fs.mv("fs-mv/run/.metadata.tmp", "fs-mv/run/.metadata")
+    assert not [r for r in caplog.records if "moveTo" in r.getMessage()]  # no copy+delete
+    assert gcs.get("fs-mv", "run/.metadata") == b"meta"
+    assert fs.ls("fs-mv/run", refresh=True) == ["fs-mv/run/.metadata"]
+    client = gcs.storage_client()
+    source = client.bucket("fs-mv").blob("run/src")
+    source.upload_from_string(b"one")
+    generation = client.bucket("fs-mv").get_blob("run/src").generation
+    source.upload_from_string(b"two")
+    query = f"ifSourceGenerationMatch={generation}"
+    url = f"{gcs.endpoint}/storage/v1/b/fs-mv/o/run%2Fsrc/moveTo/o/run%2Fdst?{query}"
+    answer = client._http.post(url)
+    assert answer.status_code == 412
+    assert gcs.get("fs-mv", "run/src") == b"two"  # the source is kept, nothing is moved
+    assert client.bucket("fs-mv").get_blob("run/dst") is None
+
+
 def test_env_points_clients_at_endpoint(gcs):
     env = gcs.env()
     assert env["STORAGE_EMULATOR_HOST"] == gcs.endpoint

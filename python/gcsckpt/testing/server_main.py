@@ -10,7 +10,7 @@ with the same upload and download ceilings and fewer lines in all (docs/measurem
 Built on the standard library's threaded HTTP server: every upload body is a file nginx wrote,
 so the server only parses headers, and each request's blocking file work (rename, copy,
 hash) runs on its own thread. Routes: server_uploads.py (JSON uploads), server_xml.py (XML
-uploads), and below (buckets, object metadata, listing, delete, compose, copy); media reads
+uploads), and below (buckets, object metadata, listing, delete, compose, copy, move); media reads
 are nginx's from disk (a media GET that comes here is answered whole).
 """
 
@@ -56,6 +56,7 @@ _ROUTES = [
             r"/b/(?P<dest_bucket>[^/]+)/o/(?P<dest>.+)$",
             "copy",
         ),
+        (r"^/storage/v1/b/(?P<bucket>[^/]+)/o/(?P<object>.+)/moveTo/o/(?P<dest>.+)$", "move"),
         (r"^/(?:download/)?storage/v1/b/(?P<bucket>[^/]+)/o/(?P<object>.+)$", "object"),
     )
 ]
@@ -199,6 +200,21 @@ class Handler(BaseHTTPRequestHandler):
         size = obj["size"]
         rewrite = {"kind": "storage#rewriteResponse", "done": True, "resource": obj}
         return 200, {**rewrite, "totalBytesRewritten": size, "objectSize": size}
+
+    def _move(self, method, query, bucket, object, dest):  # noqa: A002
+        """JSON API objects.move (same bucket; gcsfs renames with it): the live generation is
+        copied to `dest` and then deleted at that generation, so a source rewritten meanwhile
+        fails with 412 and is kept."""
+        source = self.server.store.get_object(bucket, object, md5=False)
+        wanted = (query.get("ifSourceGenerationMatch") or query.get("sourceGeneration") or [None])[
+            0
+        ]
+        if wanted is not None and str(wanted) != str(source["generation"]):
+            raise PreconditionFailed(f"gs://{bucket}/{object} is not at generation {wanted}")
+        fields = {"contentType": source.get("contentType"), "metadata": source.get("metadata")}
+        obj = self._commit_copy(bucket, dest, self._pinned_files(bucket, [object]), fields, query)
+        self.server.store.delete_object(bucket, object, if_generation_match=source["generation"])
+        return 200, obj
 
     def _pinned_files(self, bucket: str, names: list[str]) -> list[str]:
         """Open-able paths of the live generations of `names` (their hard links)."""
