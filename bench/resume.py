@@ -39,12 +39,10 @@ def main() -> None:
         started = time.perf_counter()
         expected = prepare_checkpoint(spec, gcs.endpoint, base, step=100, interrupted=200)
         print(f"saved {base}/step-100 in {time.perf_counter() - started:.1f} s", flush=True)
-        rows = measure_cold_restart(
-            gcs.endpoint, base, spec, rounds=args.rounds, expected_loss_hex=expected
-        )
+        rows = measure_cold_restart(gcs.endpoint, base, spec, rounds=args.rounds, expected=expected)
     print(
         f"{spec.model}, fsdp over {spec.world_size} gloo ranks, {rows[0]['tensor_bytes']:,}"
-        f" tensor bytes; first-step loss {expected}"
+        f" tensor bytes; first-step loss {expected[0].loss_hex}"
     )
     print(format_table(rows))
     print("load average (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))

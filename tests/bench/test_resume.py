@@ -1,6 +1,7 @@
 """ckptbench.resume: which step folders count as complete, and the cold-restart rows on the tiny
 OLMoE (2 gloo ranks, local endpoint): both arms find the newest complete step past a newer
-interrupted save, load every tensor, and give the saved state's first-step loss bit for bit."""
+interrupted save, load every tensor, and give the saved state's first step bit for bit (its
+loss, and every rank's parameters and AdamW state after it)."""
 
 from __future__ import annotations
 
@@ -53,13 +54,16 @@ def test_cold_restart_rows():
     with LocalGCS() as gcs:
         gcs.create_bucket(BUCKET)
         base = f"gs://{BUCKET}/run"
-        loss = prepare_checkpoint(SPEC, gcs.endpoint, base, step=4, interrupted=8)
-        assert math.isfinite(float.fromhex(loss))
-        rows = measure_cold_restart(gcs.endpoint, base, SPEC, rounds=1, expected_loss_hex=loss)
+        firsts = prepare_checkpoint(SPEC, gcs.endpoint, base, step=4, interrupted=8)
+        assert [f.loss_hex for f in firsts] == [firsts[0].loss_hex] * 2  # mean over ranks
+        assert math.isfinite(float.fromhex(firsts[0].loss_hex))
+        assert firsts[0].digest != firsts[1].digest  # each rank's own shards
+        rows = measure_cold_restart(gcs.endpoint, base, SPEC, rounds=1, expected=firsts)
     assert [(r["reader"], r["round"]) for r in rows] == [("gcsckpt", 1), ("fsspec", 1)]
     for row in rows:
         assert row["step"] == 4  # the newest complete step, past the interrupted step-8
-        assert row["loss_hex"] == loss
+        assert row["loss_hex"] == firsts[0].loss_hex
+        assert row["state_digest"] == rows[0]["state_digest"]
         assert row["all_tensors_loaded"] and row["verified"]
         assert row["tensor_bytes"] == rows[0]["tensor_bytes"] > 0
         assert (row["model"], row["strategy"], row["world_size"]) == (SPEC.model, "fsdp", 2)

@@ -5,8 +5,8 @@ loaded -> first step done, with gcsckpt and with the stock FsspecReader over gcs
 ``rank`` (what each fresh rank process does: build, find, load, one AdamW step; and the save that
 leaves the checkpoint), ``measure`` (``prepare_checkpoint``, ``measure_cold_restart``: arms
 interleaved per round on fresh spawned ranks, one row per arm and round, and ``format_table``).
-The program: ``bench/resume.py`` (``tools/bazel run //bench:resume``). Why each phase is timed
-as it is: docs/design.md, "Benchmark method" (Cold restart); figures: docs/measurements.md, "Resume".
+The program: ``bench/resume.py`` (``tools/bazel run //bench:resume``). How each phase is timed:
+docs/design.md, "Benchmark method" (Cold restart); figures: docs/measurements.md, "Resume".
 """
 
 from ckptbench.resume.measure import (

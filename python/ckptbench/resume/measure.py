@@ -10,6 +10,7 @@ interrupted save beside it that it must skip).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import statistics
 import time
 from typing import Any
@@ -46,7 +47,8 @@ def prepare_checkpoint(
     data object, no ``.metadata``).
 
     Returns:
-      The first step's loss on the saved state (``float.hex``): what every restart must print.
+      The first step on the saved state, one ``rank.FirstStep`` per rank: what every restart
+      must give (``expected`` of measure_cold_restart).
 
     Raises:
       RankError: a rank failed (its traceback in the message).
@@ -55,7 +57,7 @@ def prepare_checkpoint(
     if interrupted is not None and interrupted <= step:
         raise ValueError(f"interrupted step {interrupted} must be newer than step {step}")
     url = f"{base_url}/step-{step}"
-    losses = _ranks(spec).run(rank.save_rank, spec.world_size, spec.model, url, endpoint)
+    firsts = _ranks(spec).run(rank.save_rank, spec.world_size, spec.model, url, endpoint)
     if interrupted is not None:
         from gcsckpt.dcp import ObjectStore
 
@@ -63,7 +65,12 @@ def prepare_checkpoint(
         with ObjectStore(endpoint) as store:
             name = f"{prefix}/step-{interrupted}/__0_0_0.distcp".lstrip("/")
             store.upload(bucket, name, b"a data object whose save never committed")
-    return losses[0]
+    return firsts
+
+
+def _digest(firsts: list[rank.FirstStep]) -> str:
+    """One sha256 hex over every rank's state digest, in rank order."""
+    return hashlib.sha256(" ".join(f.digest for f in firsts).encode()).hexdigest()
 
 
 def _row(reader: str, index: int, spec: RestartSpec, base_url: str, began: float, ranks) -> dict:
@@ -73,7 +80,8 @@ def _row(reader: str, index: int, spec: RestartSpec, base_url: str, began: float
     row.update(strategy="fsdp", world_size=spec.world_size, base_url=base_url, step=lead.step)
     row.update({phase: stamps[i + 1] - stamps[i] for i, phase in enumerate(PHASES)})
     row["total_s"] = lead.stepped - began
-    row["loss_hex"] = lead.loss_hex
+    row["loss_hex"] = lead.first.loss_hex
+    row["state_digest"] = _digest([r.first for r in ranks])
     row["tensor_bytes"] = sum(r.expected_bytes for r in ranks)
     row["all_tensors_loaded"] = all(r.committed_bytes == r.expected_bytes for r in ranks)
     return row
@@ -86,7 +94,7 @@ def measure_cold_restart(
     *,
     rounds: int = 1,
     readers: tuple[str, ...] = READERS,
-    expected_loss_hex: str | None = None,
+    expected: list[rank.FirstStep] | None = None,
 ) -> list[dict[str, Any]]:
     """Cold restarts from the newest complete ``step-N`` under `base_url`, arms interleaved
     (round 1 of every arm, then round 2, ...), each on fresh spawned rank processes.
@@ -97,15 +105,16 @@ def measure_cold_restart(
       spec: model and ranks (the checkpoint's layout: see RestartSpec).
       rounds: restarts per arm (>= 1).
       readers: arms, of READERS.
-      expected_loss_hex: the first step's loss the restarts must give (``prepare_checkpoint``'s
+      expected: the first step the restarts must give, per rank (``prepare_checkpoint``'s
         answer); None: they must agree with each other.
 
     Returns:
       One dict per restart: reader, round, model, strategy, world_size, base_url, step (loaded;
       None when none was complete), start_s (spawn until every rank runs, group joined),
       build_s, find_s (listing), load_s (``dcp.load`` + ``set_state_dict``), first_step_s,
-      total_s (their sum: spawn to first step done), seconds; loss_hex; tensor_bytes (all
-      ranks); all_tensors_loaded; verified (loss as expected, every tensor loaded).
+      total_s (their sum: spawn to first step done), seconds; loss_hex (the first step's);
+      state_digest (every rank's state after it); tensor_bytes (all ranks); all_tensors_loaded;
+      verified (loss and state as expected, every tensor loaded).
 
     Raises:
       ValueError: rounds < 1 or an unknown reader.
@@ -124,9 +133,12 @@ def measure_cold_restart(
                 rank.restart_rank, spec.world_size, reader, spec.model, base_url, endpoint
             )
             rows.append(_row(reader, index, spec, base_url, began, ranks))
-    expected = expected_loss_hex or rows[0]["loss_hex"]
+    want = (rows[0]["loss_hex"], rows[0]["state_digest"])
+    if expected is not None:
+        want = (expected[0].loss_hex, _digest(expected))
     for row in rows:
-        row["verified"] = row["loss_hex"] == expected and row["all_tensors_loaded"]
+        same = (row["loss_hex"], row["state_digest"]) == want
+        row["verified"] = same and row["all_tensors_loaded"]
     return rows
 
 
