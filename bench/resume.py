@@ -23,6 +23,10 @@ from gcsckpt.testing import LocalGCS
 BUCKET = "resume-bench"
 
 
+def _progress(row: dict) -> None:
+    print(f"{row['reader']} round {row['round']}: {row['total_s']:.1f} s to first step", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="olmoe_1b_7b_0924:scaled")
@@ -39,7 +43,9 @@ def main() -> None:
         started = time.perf_counter()
         expected = prepare_checkpoint(spec, gcs.endpoint, base, step=100, interrupted=200)
         print(f"saved {base}/step-100 in {time.perf_counter() - started:.1f} s", flush=True)
-        rows = measure_cold_restart(gcs.endpoint, base, spec, rounds=args.rounds, expected=expected)
+        rows = measure_cold_restart(
+            gcs.endpoint, base, spec, rounds=args.rounds, expected=expected, on_row=_progress
+        )
     print(
         f"{spec.model}, fsdp over {spec.world_size} gloo ranks, {rows[0]['tensor_bytes']:,}"
         f" tensor bytes; first-step loss {expected[0].loss_hex}"

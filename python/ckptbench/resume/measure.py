@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ckptbench.resume import rank
@@ -95,6 +96,7 @@ def measure_cold_restart(
     rounds: int = 1,
     readers: tuple[str, ...] = READERS,
     expected: list[rank.FirstStep] | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Cold restarts from the newest complete ``step-N`` under `base_url`, arms interleaved
     (round 1 of every arm, then round 2, ...), each on fresh spawned rank processes.
@@ -107,6 +109,7 @@ def measure_cold_restart(
       readers: arms, of READERS.
       expected: the first step the restarts must give, per rank (``prepare_checkpoint``'s
         answer); None: they must agree with each other.
+      on_row: called with each row as its restart ends (progress), before ``verified`` is set.
 
     Returns:
       One dict per restart: reader, round, model, strategy, world_size, base_url, step (loaded;
@@ -133,6 +136,8 @@ def measure_cold_restart(
                 rank.restart_rank, spec.world_size, reader, spec.model, base_url, endpoint
             )
             rows.append(_row(reader, index, spec, base_url, began, ranks))
+            if on_row is not None:
+                on_row(rows[-1])
     want = (rows[0]["loss_hex"], rows[0]["state_digest"])
     if expected is not None:
         want = (expected[0].loss_hex, _digest(expected))
