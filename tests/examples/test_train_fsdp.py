@@ -23,17 +23,20 @@ from train_runs import (
     STEPS,
     WHERE,
     Launch,
+    check_interrupted,
+    check_resumed,
     command,
-    data_objects,
+    hold_uploads,
     losses,
     objects,
     rank_env,
     run,
     steps,
+    wait_mid_save,
     wait_until,
 )
 
-from gcsckpt.testing import Fault, FaultProxy, LocalGCS
+from gcsckpt.testing import FaultProxy, LocalGCS
 
 STALLED = 2 * SAVE_EVERY  # the save a kill interrupts in the second test
 
@@ -95,30 +98,15 @@ def test_killed_and_restarted_run_continues_the_same_loss_curve(tmp_path, refere
 
 
 def test_rank_killed_mid_save_resumes_from_the_previous_checkpoint(tmp_path, reference):
-    # Every request for rank 1's objects of step-8 is held (the proxy answers after 300 s), so
-    # rank 0's data objects land while rank 1's uploads are in flight and .metadata waits for
-    # them; training goes on to step 12, where the loop waits for the save.
-    stall = Fault(
-        kind="stall",
-        stall_s=300.0,
-        count=None,
-        media_only=False,
-        object_glob=f"{PREFIX}/step-{STALLED}/__1_*",
-    )
+    # Rank 1's uploads of step-8 are held, so rank 0's data objects land while rank 1's are in
+    # flight and .metadata waits for them; training goes on to step 12, where the loop waits
+    # for the save.
     with LocalGCS(data_dir=str(tmp_path / "objects")) as gcs:
         gcs.create_bucket(BUCKET)
-        with FaultProxy(gcs.endpoint, [stall]) as proxy:
+        with FaultProxy(gcs.endpoint, [hold_uploads(STALLED, "1")]) as proxy:
             launch = Launch(command(WHERE), rank_env({"STORAGE_EMULATOR_HOST": proxy.endpoint}))
             try:
-                wait_until(
-                    lambda: (
-                        STEPS in losses(list(launch.lines))
-                        and proxy.injected_per_fault[0] >= 1
-                        and bool(data_objects(gcs, STALLED))
-                    ),
-                    [launch],
-                    f"trained to step {STEPS} with step-{STALLED}'s uploads in flight",
-                )
+                wait_mid_save([launch], proxy, gcs, STALLED)
                 previous = objects(gcs, f"{PREFIX}/step-{SAVE_EVERY}/")
                 launch.rank_process(1).send_signal(signal.SIGKILL)
                 exit_status = launch.wait(timeout_s=120)  # torchrun takes rank 0 down
@@ -126,19 +114,7 @@ def test_rank_killed_mid_save_resumes_from_the_previous_checkpoint(tmp_path, ref
                 launch.kill()
         assert exit_status not in (None, 0), launch.output()
         assert losses(launch.lines) == reference  # the killed run's curve, every step
-
-        # The interrupted save: rank 0's data objects, nothing of rank 1's, no .metadata.
-        landed = data_objects(gcs, STALLED)
-        assert landed and all(n.split("/")[-1].startswith("__0_") for n in landed), landed
-        assert f"{PREFIX}/step-{STALLED}/.metadata" not in objects(gcs)
-        assert steps(gcs) == ([SAVE_EVERY], [STALLED])
+        check_interrupted(gcs, STALLED)  # rank 0's data objects, no .metadata
         assert objects(gcs, f"{PREFIX}/step-{SAVE_EVERY}/") == previous  # same generations
 
-        resumed = run(command(WHERE), rank_env(gcs.env()))
-        matches = [m for m in map(RESUME_LINE.match, resumed) if m]
-        assert len(matches) == 1, resumed[:5]
-        assert matches[0].groups() == (str(SAVE_EVERY), str(SAVE_EVERY), f"step-{STALLED}")
-        after = losses(resumed)
-        assert sorted(after) == list(range(SAVE_EVERY + 1, STEPS + 1))
-        assert after == {s: reference[s] for s in after}  # bitwise: float.hex of every loss
-        assert steps(gcs) == ([SAVE_EVERY, STALLED, STEPS], [])  # step-8 saved again, whole
+        check_resumed(run(command(WHERE), rank_env(gcs.env())), gcs, reference, STALLED)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from gcsckpt.testing import LocalGCS
+from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
 RUNFILES = Path(os.environ.get("TEST_SRCDIR", "."), os.environ.get("TEST_WORKSPACE", "gcsckpt"))
 SCRIPT = RUNFILES / "examples" / "train_fsdp.py"
@@ -170,3 +170,51 @@ def steps(gcs: LocalGCS) -> tuple[list[int], list[int]]:
 def data_objects(gcs: LocalGCS, step: int) -> list[str]:
     """Names of the data objects (``__<rank>_<save id>_<i>.distcp``) of `step`'s folder."""
     return sorted(n for n in objects(gcs, f"{PREFIX}/step-{step}/") if n.endswith(".distcp"))
+
+
+def hold_uploads(step: int, ranks: str) -> Fault:
+    """A FaultProxy rule that holds the answer to every request for the data objects of `step`
+    whose rank matches the fnmatch class `ranks` (e.g. "1", "[123]") for 300 s: their uploads
+    stay in flight (forwarded, so what a request carried may land), so `.metadata` never comes."""
+    return Fault(
+        kind="stall",
+        stall_s=300.0,
+        count=None,
+        media_only=False,
+        object_glob=f"{PREFIX}/step-{step}/__{ranks}_*",
+    )
+
+
+def wait_mid_save(launches: list[Launch], proxy: FaultProxy, gcs: LocalGCS, step: int) -> None:
+    """Waits until the launches printed every step's loss, an upload of `step` is held and one
+    of its data objects has landed: the run is blocked inside that save."""
+    wait_until(
+        lambda: (
+            STEPS in losses([line for launch in launches for line in list(launch.lines)])
+            and proxy.injected_per_fault[0] >= 1
+            and bool(data_objects(gcs, step))
+        ),
+        launches,
+        f"trained to step {STEPS} with step-{step}'s uploads in flight",
+    )
+
+
+def check_interrupted(gcs: LocalGCS, step: int) -> None:
+    """`step`'s folder holds rank 0's data objects (a held upload may have landed too: its
+    request was forwarded) and no `.metadata`; only the save before it is complete."""
+    landed = [n.split("/")[-1] for n in data_objects(gcs, step)]
+    assert any(n.startswith("__0_") for n in landed), landed
+    assert f"{PREFIX}/step-{step}/.metadata" not in objects(gcs)
+    assert steps(gcs) == ([SAVE_EVERY], [step])
+
+
+def check_resumed(lines: list[str], gcs: LocalGCS, reference: dict[int, str], skipped: int) -> None:
+    """The restart resumed from step-4 (skipping `skipped`), printed the reference's losses for
+    steps 5..12 bit for bit, and left every save complete."""
+    matches = [m for m in map(RESUME_LINE.match, lines) if m]
+    assert len(matches) == 1, lines[:20]
+    assert matches[0].groups() == (str(SAVE_EVERY), str(SAVE_EVERY), f"step-{skipped}")
+    after = losses(lines)
+    assert sorted(after) == list(range(SAVE_EVERY + 1, STEPS + 1))
+    assert after == {s: reference[s] for s in after}  # bitwise: float.hex of every loss
+    assert steps(gcs) == ([SAVE_EVERY, skipped, STEPS], [])  # the interrupted step saved again
