@@ -16,6 +16,8 @@ Run it (4 ranks; without --bucket it starts a local GCS endpoint whose objects p
     torchrun --standalone --nproc-per-node=4 examples/train_fsdp.py --steps 12 --save_every 4
     tools/bazel run //examples:train_fsdp -- --steps 12    # launches torchrun itself
     torchrun ... examples/train_fsdp.py --bucket gs://my-bucket/runs/mlp   # a real bucket (ADC)
+    torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=HOST:29400 \
+        examples/train_fsdp.py --bucket gs://my-bucket/runs/mlp   # on each of two nodes
 
 Rank 0 prints one line per event: `step N loss <float> (<hex>)`, `save step-N: ...`,
 `resume: ...`, `done: ...`.

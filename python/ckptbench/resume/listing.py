@@ -1,0 +1,64 @@
+"""Which ``step-N`` checkpoints under a prefix are complete: ``.metadata`` is written last, so a
+folder without it is a save that never finished (a killed job, a failed upload) and is skipped.
+Each arm lists with its own client, as its user would: gcsckpt's ObjectStore, or gcsfs."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+_STEP = re.compile(r"^step-(\d+)/(.+)$")
+METADATA = ".metadata"
+
+
+def complete_steps(names: Iterable[str], prefix: str) -> tuple[list[int], list[int]]:
+    """(complete, incomplete) step numbers, ascending, among object names below `prefix`.
+
+    Args:
+      names: object names (``<prefix>/step-<N>/<object>``); others are ignored.
+      prefix: the folder holding the ``step-N`` folders, no trailing slash ("" for the bucket).
+    """
+    head = f"{prefix}/" if prefix else ""
+    seen: dict[int, bool] = {}
+    for name in names:
+        match = _STEP.match(name[len(head) :]) if name.startswith(head) else None
+        if match:
+            step = int(match.group(1))
+            seen[step] = seen.get(step, False) or match.group(2) == METADATA
+    return sorted(s for s, ok in seen.items() if ok), sorted(s for s, ok in seen.items() if not ok)
+
+
+def split_url(base_url: str) -> tuple[str, str]:
+    """(bucket, prefix) of ``gs://bucket/prefix``.
+
+    Raises:
+      ValueError: not a gs:// URL with a bucket.
+    """
+    if not base_url.startswith("gs://") or not base_url[5:].split("/", 1)[0]:
+        raise ValueError(f"checkpoint prefix {base_url!r} is not gs://bucket/prefix")
+    bucket, _, prefix = base_url[5:].partition("/")
+    return bucket, prefix.strip("/")
+
+
+def list_names(reader: str, bucket: str, prefix: str, endpoint: str | None) -> list[str]:
+    """Every object name below ``<prefix>/step-`` of `bucket`, listed with arm `reader`'s client:
+    ``gcsckpt`` with gcsckpt's ObjectStore, ``fsspec`` with gcsfs (``find``).
+
+    Raises:
+      ValueError: another arm.
+    """
+    head = f"{prefix}/step-" if prefix else "step-"
+    if reader == "gcsckpt":
+        from gcsckpt.dcp import ObjectStore
+
+        with ObjectStore(endpoint) as store:
+            return store.list(bucket, head)
+    if reader == "fsspec":
+        import gcsfs
+
+        from ckptbench.worker.baseline import fsspec_storage_options
+
+        fs = gcsfs.GCSFileSystem(**fsspec_storage_options(endpoint))
+        names = [path.partition("/")[2] for path in fs.find(f"{bucket}/{prefix}".rstrip("/"))]
+        return [name for name in names if name.startswith(head)]
+    raise ValueError(f"reader {reader!r} has no listing here; known: gcsckpt, fsspec")

@@ -1,0 +1,174 @@
+"""Cold-restart rounds: arms interleaved per round, each restart on freshly spawned rank
+processes, one row per arm and round; and the table of them.
+
+The clock starts in this process right before the ranks are spawned and every phase ends at a
+barrier (``rank.restart_rank``); a row's phase seconds are rank 0's stamps minus the previous
+one. ``prepare_checkpoint`` leaves a checkpoint a restart can find (and, optionally, a newer
+interrupted save beside it that it must skip).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ckptbench.resume import rank
+from ckptbench.resume.listing import split_url
+from gcsckpt.testing.local_ranks import LocalRanks
+
+READERS = ("gcsckpt", "fsspec")  # gcsckpt, and the stock FsspecReader over gcsfs
+PHASES = ("start_s", "build_s", "find_s", "load_s", "first_step_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class RestartSpec:
+    """What is restarted: ``model`` (a model spec, e.g. ``olmoe_1b_7b_0924:scaled``) under FSDP2
+    (``fully_shard`` per decoder layer, dp_shard over every rank) on ``world_size`` gloo CPU
+    ranks; ``timeout_s`` bounds each job and its collectives, seconds."""
+
+    model: str = "olmoe_1b_7b_0924:scaled"
+    world_size: int = 2
+    timeout_s: float = 1800.0
+
+
+def _ranks(spec: RestartSpec) -> LocalRanks:
+    # "spawn": every rank is a new interpreter, as after a job's restart (no forkserver preload).
+    return LocalRanks(start_method="spawn", timeout_s=spec.timeout_s)
+
+
+def prepare_checkpoint(
+    spec: RestartSpec, endpoint: str | None, base_url: str, step: int, interrupted: int | None
+) -> str:
+    """Saves the state of `spec` (seeded, GCSStorageWriter) as ``<base_url>/step-<step>`` and,
+    when `interrupted` is given, plants ``step-<interrupted>`` as a save killed mid-upload (one
+    data object, no ``.metadata``).
+
+    Returns:
+      The first step on the saved state, one ``rank.FirstStep`` per rank: what every restart
+      must give (``expected`` of measure_cold_restart).
+
+    Raises:
+      RankError: a rank failed (its traceback in the message).
+      ValueError: `interrupted` is not newer than `step`.
+    """
+    if interrupted is not None and interrupted <= step:
+        raise ValueError(f"interrupted step {interrupted} must be newer than step {step}")
+    url = f"{base_url}/step-{step}"
+    firsts = _ranks(spec).run(rank.save_rank, spec.world_size, spec.model, url, endpoint)
+    if interrupted is not None:
+        from gcsckpt.dcp import ObjectStore
+
+        bucket, prefix = split_url(base_url)
+        with ObjectStore(endpoint) as store:
+            name = f"{prefix}/step-{interrupted}/__0_0_0.distcp".lstrip("/")
+            store.upload(bucket, name, b"a data object whose save never committed")
+    return firsts
+
+
+def _digest(firsts: list[rank.FirstStep]) -> str:
+    """One sha256 hex over every rank's state digest, in rank order."""
+    return hashlib.sha256(" ".join(f.digest for f in firsts).encode()).hexdigest()
+
+
+def _row(reader: str, index: int, spec: RestartSpec, base_url: str, began: float, ranks) -> dict:
+    lead = ranks[0]
+    stamps = [began, lead.entered, lead.built, lead.found, lead.loaded, lead.stepped]
+    row: dict[str, Any] = {"reader": reader, "round": index + 1, "model": spec.model}
+    row.update(strategy="fsdp", world_size=spec.world_size, base_url=base_url, step=lead.step)
+    row.update({phase: stamps[i + 1] - stamps[i] for i, phase in enumerate(PHASES)})
+    row["total_s"] = lead.stepped - began
+    row["loss_hex"] = lead.first.loss_hex
+    row["state_digest"] = _digest([r.first for r in ranks])
+    row["tensor_bytes"] = sum(r.expected_bytes for r in ranks)
+    row["all_tensors_loaded"] = all(r.committed_bytes == r.expected_bytes for r in ranks)
+    return row
+
+
+def measure_cold_restart(
+    endpoint: str | None,
+    base_url: str,
+    spec: RestartSpec = RestartSpec(),
+    *,
+    rounds: int = 1,
+    readers: tuple[str, ...] = READERS,
+    expected: list[rank.FirstStep] | None = None,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Cold restarts from the newest complete ``step-N`` under `base_url`, arms interleaved
+    (round 1 of every arm, then round 2, ...), each on fresh spawned rank processes.
+
+    Args:
+      endpoint: emulator URL (``http://127.0.0.1:PORT``), or None for real GCS.
+      base_url: ``gs://bucket/prefix`` holding ``step-N`` checkpoints of `spec`'s state.
+      spec: model and ranks (the checkpoint's layout: see RestartSpec).
+      rounds: restarts per arm (>= 1).
+      readers: arms, of READERS.
+      expected: the first step the restarts must give, per rank (``prepare_checkpoint``'s
+        answer); None: they must agree with each other.
+      on_row: called with each row as its restart ends (progress), before ``verified`` is set.
+
+    Returns:
+      One dict per restart: reader, round, model, strategy, world_size, base_url, step (loaded;
+      None when none was complete), start_s (spawn until every rank runs, group joined),
+      build_s, find_s (listing), load_s (``dcp.load`` + ``set_state_dict``), first_step_s,
+      total_s (their sum: spawn to first step done), seconds; loss_hex (the first step's);
+      state_digest (every rank's state after it); tensor_bytes (all ranks); all_tensors_loaded;
+      verified (loss and state as expected, every tensor loaded).
+
+    Raises:
+      ValueError: rounds < 1 or an unknown reader.
+      RankError: a rank failed (the message names it and carries its traceback).
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds must be >= 1, got {rounds}")
+    unknown = [r for r in readers if r not in READERS]
+    if unknown:
+        raise ValueError(f"readers {unknown} are unknown; known: {', '.join(READERS)}")
+    rows = []
+    for index in range(rounds):
+        for reader in readers:
+            began = time.time()
+            ranks = _ranks(spec).run(
+                rank.restart_rank, spec.world_size, reader, spec.model, base_url, endpoint
+            )
+            rows.append(_row(reader, index, spec, base_url, began, ranks))
+            if on_row is not None:
+                on_row(rows[-1])
+    want = (rows[0]["loss_hex"], rows[0]["state_digest"])
+    if expected is not None:
+        want = (expected[0].loss_hex, _digest(expected))
+    for row in rows:
+        same = (row["loss_hex"], row["state_digest"]) == want
+        row["verified"] = same and row["all_tensors_loaded"]
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    """A markdown table: one line per restart, then per arm the mean of each phase, and
+    gcsckpt's speed-up over stock (stock mean / gcsckpt mean) when both ran."""
+    head = ["reader", "round", *PHASES, "total_s", "step", "verified"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["reader"], str(row["round"])]
+        cells += [f"{row[k]:.2f}" for k in (*PHASES, "total_s")]
+        cells += [str(row["step"]), "yes" if row["verified"] else "NO"]
+        lines.append("| " + " | ".join(cells) + " |")
+    means = {}
+    for reader in dict.fromkeys(r["reader"] for r in rows):
+        mine = [r for r in rows if r["reader"] == reader]
+        means[reader] = {k: statistics.fmean(r[k] for r in mine) for k in (*PHASES, "total_s")}
+        cells = [f"{reader} mean", str(len(mine))] + [
+            f"{means[reader][k]:.2f}" for k in means[reader]
+        ]
+        lines.append("| " + " | ".join(cells + ["", ""]) + " |")
+    if "gcsckpt" in means and "fsspec" in means:
+        ours, stock = means["gcsckpt"], means["fsspec"]
+        lines.append(
+            f"\nresume to first step: gcsckpt {stock['total_s'] / ours['total_s']:.1f}x faster"
+            f" than stock (load phase {stock['load_s'] / ours['load_s']:.1f}x)"
+        )
+    return "\n".join(lines)
