@@ -22,9 +22,23 @@ def gcs():
         yield endpoint
 
 
-def _run(gcs, name, loads):
-    spec = dict(ckpt=f"gs://{BUCKET}/{name}", endpoint=gcs.endpoint)
-    return list(zip(*run_ranks(replica_ranks.save_and_load, 4, spec, loads), strict=True))
+# One save, then every load of the tests in the same ranks (one rank start for the module).
+# No gap read-through (coalesce_gap_bytes=0), so bytes fetched are exactly bytes needed.
+LOADS = dict(
+    once=dict(read_once=True, gap=0),
+    planned=dict(read_once=True, gap=0, planner="gcs"),
+    every=dict(read_once=False, gap=0),
+    failed=dict(read_once=True, fail_rank=0),
+    after=dict(read_once=True),
+    alone=dict(read_once=True, no_dist=True),
+)
+
+
+@pytest.fixture(scope="module")
+def loads(gcs):
+    spec = dict(ckpt=f"gs://{BUCKET}/hsdp", endpoint=gcs.endpoint)
+    results = run_ranks(replica_ranks.save_and_load, 4, spec, list(LOADS.values()))
+    return dict(zip(LOADS, zip(*results, strict=True), strict=True))
 
 
 def _correct(results):
@@ -36,17 +50,8 @@ def _correct(results):
         assert result["digest"] == results[REPLICA[rank]]["digest"]
 
 
-def test_each_byte_read_once(gcs):
-    # No gap read-through (coalesce_gap_bytes=0), so bytes fetched are exactly bytes needed.
-    once, planned, every = _run(
-        gcs,
-        "once",
-        [
-            dict(read_once=True, gap=0),
-            dict(read_once=True, gap=0, planner="gcs"),
-            dict(read_once=False, gap=0),
-        ],
-    )
+def test_each_byte_read_once(loads):
+    once, planned, every = loads["once"], loads["planned"], loads["every"]
     for results in (once, planned, every):
         _correct(results)
     needed = [sum(n for *_, n in r["ranges"]) for r in every]  # each rank's own ranges
@@ -69,14 +74,12 @@ def test_each_byte_read_once(gcs):
         assert sum(s["retries"] for s in stats) == 0
 
 
-def test_owner_failure_fails_every_rank(gcs):
-    failed, after = _run(
-        gcs, "owner-fails", [dict(read_once=True, fail_rank=0), dict(read_once=True)]
-    )
+def test_owner_failure_fails_every_rank(loads):
+    failed, after = loads["failed"], loads["after"]
     for rank, result in enumerate(failed):
         error = result["error"]
         assert error.startswith("CheckpointReadError: rank "), error
-        assert f"gs://{BUCKET}/owner-fails/" in error  # the object at fault
+        assert f"gs://{BUCKET}/hsdp/__" in error  # the object at fault
         if rank == 0:
             assert error.startswith("CheckpointReadError: rank 0: checkpoint load failed: ")
         else:
@@ -86,8 +89,8 @@ def test_owner_failure_fails_every_rank(gcs):
     _correct(after)  # the next load on the same ranks is whole
 
 
-def test_no_dist_load_is_unchanged(gcs):
-    (alone,) = _run(gcs, "no-dist", [dict(read_once=True, no_dist=True)])
+def test_no_dist_load_is_unchanged(loads):
+    alone = loads["alone"]
     _correct(alone)
     for result in alone:  # every rank plans and fetches alone: nothing is shared
         assert result["stats"]["peer_bytes_in"] == result["stats"]["peer_bytes_out"] == 0

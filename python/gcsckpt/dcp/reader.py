@@ -265,10 +265,9 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         reader = self._reader()
         before = reader.stats()
         pins, exchange = plan.storage_data, None
-        if isinstance(pins, SharedReads):
-            exchange = self._exchange(pins.ranks)
-            pins = pins.pins
         try:
+            if isinstance(pins, SharedReads):
+                pins, exchange = pins.pins, self._exchange(pins.ranks)
             if not isinstance(pins, Pins):  # the coordinator's pins did not reach this plan
                 pins = self._pins(self._paths(plan))
             check_metadata_read(pins, self._metadata_name, self._metadata_generation, errors)
