@@ -95,7 +95,11 @@ class ReplicaExchange:
                 naming that rank and the objects it failed on). RangeReadError is converted.
         """
         self.started = True
-        keys = fetch_keys(fetches, self.path_index)
+        try:
+            keys = fetch_keys(fetches, self.path_index)
+        except Exception as e:
+            self._gather_counts(-1, e)  # the peers fail too; raises this rank's error
+            raise
         counts = self._gather_counts(len(keys), None)
         plan = assign(self._gather_keys(keys, counts), self.rank, self.budget)
         # range id -> this rank's Fetch of it (None: a range only other ranks read)
