@@ -130,10 +130,12 @@ def test_load_path_over_local_files(tmp_path, fmt):
     tensor_kind = FetchKind.RAW if fmt == SerializationFormat.SAFETENSORS else FetchKind.TORCH_SAVE
     kinds = {f.item.storage_index.fqn: f.kind for f in plan.fetches}
     assert kinds == {"w": tensor_kind, "b": tensor_kind, "m.k": FetchKind.BYTES}
-    # SAFETENSORS tensors land in their targets.
-    assert plan.direct_items == (2 if tensor_kind is FetchKind.RAW else 0)
-    # Every buffered fetch exceeds the 256-byte window: one window each (direct ones ride along).
-    assert stats.windows == len(windows) == sum(f.buffered for f in plan.fetches)
+    # Tensors of both formats land in their targets (TORCH_SAVE: head and tail in a slot).
+    assert plan.direct_items == 2
+    assert plan.direct_archive_items == (0 if tensor_kind is FetchKind.RAW else 2)
+    assert stats.archive_rereads == 0
+    # Every slot exceeds the 256-byte window: one window each (direct RAW ones ride along).
+    assert stats.windows == len(windows) == sum(f.slot_bytes > 0 for f in plan.fetches)
     assert len(windows) == (1 if tensor_kind is FetchKind.RAW else 3) == len(ranges.handles)
     assert stats.bytes_needed == sum(f.length for f in plan.fetches)
     assert not any(h.cancelled for h in ranges.handles)

@@ -9,20 +9,27 @@ Usage::
     reader = GCSStorageReader("gs://bucket/ckpt/step100")
     dcp.load(state_dict, storage_reader=reader, planner=GCSLoadPlanner())  # planner optional
     print(reader.load_stats)
+
+In a training job, `GCSCheckpointer(mode)` (gcsckpt.dcp.checkpointer) sets up staging, plan
+caching, the writer and its priorities for saves every N steps.
 """
 
+from gcsckpt.dcp.checkpointer import GCSCheckpointer
 from gcsckpt.dcp.load.errors import CheckpointReadError
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import UnsafeMetadataError
 from gcsckpt.dcp.planner import GCSLoadPlanner
 from gcsckpt.dcp.reader import GCSStorageReader
+from gcsckpt.dcp.save_planner import GCSSavePlanner
 from gcsckpt.dcp.upload_pipeline import SaveStats
 from gcsckpt.dcp.writer import GCSStorageWriter
 from gcsckpt.io.objects import ObjectStore, ObjectStoreError  # re-exported: moved to gcsckpt.io
 
 __all__ = [
     "CheckpointReadError",
+    "GCSCheckpointer",
     "GCSLoadPlanner",
+    "GCSSavePlanner",
     "GCSStorageReader",
     "GCSStorageWriter",
     "LoadStats",

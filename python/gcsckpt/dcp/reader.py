@@ -281,6 +281,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
                 stats.tensor_items = fetch_plan.tensor_items
                 stats.bytes_items = fetch_plan.bytes_items
                 stats.direct_items = fetch_plan.direct_items
+                stats.direct_archive_items = fetch_plan.direct_archive_items
+                stats.archive_templates = fetch_plan.archive_templates
                 stats.objects = fetch_plan.objects
                 stats.plan_s = time.perf_counter() - start
                 windows = make_windows(fetch_plan.fetches, max(1, self.max_inflight_bytes // 2))
@@ -289,6 +291,9 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
                     run_windows(windows, ranges, decoder.consume, stats)
                 else:
                     exchange.run(fetch_plan.fetches, ranges, decoder.consume)
+                if rereads := decoder.take_rereads():  # archives unlike their group's template
+                    window_bytes = max(1, self.max_inflight_bytes // 2)
+                    run_windows(make_windows(rereads, window_bytes), ranges, decoder.consume, stats)
         except Exception as e:
             if exchange is not None:
                 exchange.abandon(e)  # ranks waiting on this one's first collective fail too

@@ -24,6 +24,7 @@ from torch.storage import _get_dtype_from_pickle_storage_type
 
 _EOCD = b"PK\x05\x06"
 _EOCD64_LOCATOR = b"PK\x06\x07"
+_DESCRIPTOR = b"PK\x07\x08"
 _CENTRAL = 0x02014B50
 _LOCAL = 0x04034B50
 _CENTRAL_FIXED = struct.Struct("<IHHHHHHIIIHHHHHII")  # 46 bytes
@@ -65,7 +66,34 @@ def tensor_from_torch_save(archive: torch.Tensor) -> torch.Tensor:
 
 
 def _fast_view(archive: torch.Tensor) -> torch.Tensor:
-    data = archive.numpy()
+    span, rebuilt = plain_storage(archive.numpy())
+    dtype, _, numel = rebuilt.storage
+    if numel == 0:
+        return torch.empty(rebuilt.size, dtype=dtype)
+    if (archive.storage_offset() + span[0]) % dtype.itemsize:
+        raise _NotPlainTensor  # unaligned storage: let torch.load copy it
+    base = archive[span[0] : span[1]].view(dtype)
+    # as_strided's offset counts from the start of the whole underlying storage, not the view.
+    return base.as_strided(
+        rebuilt.size, rebuilt.stride, base.storage_offset() + rebuilt.storage_offset
+    )
+
+
+def plain_storage(data: Any) -> tuple[tuple[int, int], _Rebuilt]:
+    """Where the one storage of a plain-tensor archive lies, and the view data.pkl builds.
+
+    Args:
+        data: the archive (numpy uint8 array or bytes-like), whole or with only the bytes of
+            its storage record's data left unfilled.
+
+    Returns:
+        ((start, end) of the storage bytes in `data`, the rebuilt view: `.storage` is
+        (dtype, record key, element count), `.size`, `.stride`, `.storage_offset` in elements).
+
+    Raises:
+        ValueError: unreadable, or the view runs outside its storage. _NotPlainTensor: not one
+            plain little-endian tensor.
+    """
     entries = archive_directory(data)
     pkl_name = next((n for n in entries if n.endswith("/data.pkl")), None)
     if pkl_name is None:
@@ -92,15 +120,27 @@ def _fast_view(archive: torch.Tensor) -> torch.Tensor:
             f" {numel} x {itemsize}"
         )
     _check_view_fits(rebuilt, numel)
-    if numel == 0:
-        return torch.empty(rebuilt.size, dtype=dtype)
-    if (archive.storage_offset() + span[0]) % itemsize:
-        raise _NotPlainTensor  # unaligned storage: let torch.load copy it
-    base = archive[span[0] : span[1]].view(dtype)
-    # as_strided's offset counts from the start of the whole underlying storage, not the view.
-    return base.as_strided(
-        rebuilt.size, rebuilt.stride, base.storage_offset() + rebuilt.storage_offset
-    )
+    return span, rebuilt
+
+
+def varying_spans(data: Any) -> list[tuple[int, int]]:
+    """(start, end) byte spans of `data` (a whole archive) that differ between two `torch.save`
+    archives of tensors of one dtype, shape and strides: every CRC-32 (local headers, data
+    descriptors, central directory) and the `.data/serialization_id` record's bytes.
+
+    Raises:
+        ValueError / _NotPlainTensor: as `archive_directory`.
+    """
+    spans = []
+    for pos, name, local_offset, length in _central_records(data):
+        spans.append((pos + 16, pos + 20))  # central directory CRC-32
+        spans.append((local_offset + 14, local_offset + 18))  # local header CRC-32
+        start, end = record_span(data, (local_offset, length))
+        if bytes(data[end : end + 4]) == _DESCRIPTOR:
+            spans.append((end + 4, end + 8))  # data descriptor CRC-32
+        if name.endswith("/.data/serialization_id"):
+            spans.append((start, end))
+    return spans
 
 
 def _check_view_fits(rebuilt: _Rebuilt, numel: int) -> None:
@@ -134,6 +174,11 @@ def archive_directory(data: Any) -> dict[str, tuple[int, int]]:
         ValueError: not a readable zip. _NotPlainTensor: a compressed record (torch never
             compresses, but other zip writers might).
     """
+    return {name: (local, length) for _, name, local, length in _central_records(data)}
+
+
+def _central_records(data: Any) -> list[tuple[int, str, int, int]]:
+    """(central entry position, name, local header offset, size) of each record."""
     size = len(data)
     # torch writes no archive comment, so the end record usually sits in the last 22 bytes.
     if size >= 22 and bytes(data[size - 22 : size - 18]) == _EOCD:
@@ -148,7 +193,12 @@ def archive_directory(data: Any) -> dict[str, tuple[int, int]]:
     count, cd_size, cd_offset = struct.unpack_from("<HII", tail, eocd + 10)
     if count == 0xFFFF or cd_offset == 0xFFFFFFFF or cd_size == 0xFFFFFFFF:
         count, cd_offset = _zip64_directory(data, tail_start + eocd)
-    entries: dict[str, tuple[int, int]] = {}
+    return _records(data, count, cd_offset)
+
+
+def _records(data: Any, count: int, cd_offset: int) -> list[tuple[int, str, int, int]]:
+    size = len(data)
+    records = []
     pos = cd_offset
     for _ in range(count):
         if pos + 46 > size:
@@ -164,9 +214,9 @@ def archive_directory(data: Any) -> dict[str, tuple[int, int]]:
             usize, csize, local_offset = _zip64_sizes(extra, usize, csize, local_offset)
         if method != 0 or csize != usize:
             raise _NotPlainTensor
-        entries[name] = (local_offset, usize)
+        records.append((pos, name, local_offset, usize))
         pos += 46 + name_len + extra_len + comment_len
-    return entries
+    return records
 
 
 def first_record(data: Any) -> tuple[str, int]:

@@ -19,10 +19,9 @@ that finished while another rank failed stay behind, unreferenced.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -32,7 +31,6 @@ from torch.distributed.checkpoint.filesystem import (
     DEFAULT_SUFFIX,
     SerializationFormat,
     _FileSystemWriter,
-    _split_by_size_and_type,
     _StoragePrefix,
 )
 from torch.distributed.checkpoint.metadata import Metadata
@@ -40,61 +38,23 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
+from gcsckpt.dcp import engines
+from gcsckpt.dcp.background import lower_thread_priority
 from gcsckpt.dcp.commit import CheckpointExistsError, SaveObjects
 from gcsckpt.dcp.metadata_codec import dump_metadata
+from gcsckpt.dcp.object_files import GCSObjectFiles
+from gcsckpt.dcp.object_split import cached_groups, split_items
 from gcsckpt.dcp.paths import (
     METADATA_NAME,
     CheckpointLocation,
     GCSCheckpointId,
     parse_checkpoint_id,
 )
-from gcsckpt.dcp.upload_pipeline import SaveStats, UploadPipeline, estimate_bytes
+from gcsckpt.dcp.upload_pipeline import SaveStats, UploadPipeline
 from gcsckpt.io import defaults
 from gcsckpt.io.objects import ObjectStore, store_options
 from gcsckpt.io.retry import RetryPolicy
 from gcsckpt.io.uploader import Uploader, UploadResult, check_chunk_bytes
-
-
-class GCSObjectFiles:
-    """The file operations torch's `_FileSystemWriter` asks of its `fs`, on GCS objects.
-
-    Paths are `gs://bucket/prefix[/name]` URLs. GCS has no folders, so `mkdir` does nothing.
-    Objects are written by the writer itself (data through the uploader, `.metadata` through
-    `ObjectStore.upload`), never through a stream of this class.
-
-    Args:
-        store: returns the writer's ObjectStore (made on first use: a writer is built before
-            DCP says which rank it serves).
-    """
-
-    def __init__(self, store: Callable[[], ObjectStore]) -> None:
-        self._store = store
-
-    @property
-    def store(self) -> ObjectStore:
-        """The writer's ObjectStore."""
-        return self._store()
-
-    def init_path(self, path: str | os.PathLike) -> str:
-        """The checkpoint URL, normalized (ValueError for a bad id)."""
-        return parse_checkpoint_id(path).url()
-
-    def concat_path(self, path: str | os.PathLike, suffix: str) -> str:
-        """`path/suffix` (suffix: an object name relative to the checkpoint)."""
-        return f"{str(path).rstrip('/')}/{suffix}"
-
-    def mkdir(self, path: str | os.PathLike) -> None:
-        """Nothing to create: a GCS prefix exists once an object is below it."""
-
-    def exists(self, path: str | os.PathLike) -> bool:
-        """True if the object at `path` exists (one metadata GET)."""
-        loc = parse_checkpoint_id(path)
-        return self.store.exists(loc.bucket, loc.prefix)
-
-    def rm_file(self, path: str | os.PathLike) -> None:
-        """Deletes the object at `path` (missing is fine)."""
-        loc = parse_checkpoint_id(path)
-        self.store.delete(loc.bucket, loc.prefix)
 
 
 class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
@@ -128,6 +88,11 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             or safetensors data); tensor bytes sent from their own storage cost no staging.
             The save's extra memory is at most about this much.
         max_inflight_uploads: upload requests of a rank at once (default 16).
+        background_nice: None (default) leaves thread priorities alone; an int 1-19 sets the
+            nice value of the thread that runs the save when it is not a main thread
+            (async_save's upload thread) or the writer was unpickled (torch's checkpoint
+            process, which only saves), so its
+            serializer and the C++ uploader threads it starts run at background priority.
         _extensions: torch write-side stream transforms (`StreamTransformExtension`s, e.g.
             `torch.distributed.checkpoint._extension.ZStandard`) applied to every item, as
             torch's FileSystemWriter(_extensions=...) does; loading needs a reader that knows them
@@ -163,6 +128,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         object_bytes: int = defaults.UPLOAD_OBJECT_BYTES,
         staging_bytes: int = defaults.UPLOAD_STAGING_BYTES,
         max_inflight_uploads: int = defaults.MAX_INFLIGHT_UPLOADS,
+        background_nice: int | None = None,
         _extensions: Sequence[StreamTransformExtension] | None = None,
     ) -> None:
         if thread_count < 1:
@@ -200,6 +166,9 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         self.object_bytes = int(object_bytes)
         self.staging_bytes = int(staging_bytes)
         self.max_inflight_uploads = int(max_inflight_uploads)
+        if background_nice is not None and not 1 <= int(background_nice) <= 19:
+            raise ValueError(f"background_nice must be None or 1-19, got {background_nice!r}")
+        self.background_nice = background_nice
         self._retry = retry if retry is not None else RetryPolicy()
         self._stall_timeout_s = stall_timeout_s
         self._store_options = store_options(retry, stall_timeout_s)
@@ -207,6 +176,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         self._uploader: Uploader | None = None
         self.uploads: list[UploadResult] = []  # this rank's data objects of the last save
         self.save_stats = SaveStats()  # and what they were made of
+        self._unpickled = False  # True in a process the writer was pickled into
         self.fs = GCSObjectFiles(self._object_store)
         self.location: CheckpointLocation | None = None
         self.path = ""
@@ -226,6 +196,8 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         """Records the rank and whether ranks coordinate (`use_collectives`)."""
         super().set_up_storage_writer(is_coordinator, *args, **kwargs)
         self.is_coordinator = is_coordinator
+        if self.background_nice is not None:
+            lower_thread_priority(self.background_nice, main_thread_too=self._unpickled)
 
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         """Refuses an existing checkpoint when overwrite=False (checked by the coordinator, or
@@ -264,9 +236,13 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             once every upload finished (none reads tensor memory any more).
         """
         self._loc()
+        # This save's own prefix: with plan caching (DefaultSavePlanner(enable_plan_caching=
+        # True)) torch hands back the first save's finished plan, storage_data included.
         prefix = plan.storage_data.prefix
+        if self.use_collectives and self.rank is not None:
+            prefix = f"__{self.rank}_{self._save_tag()}_"
         objects = []
-        for i, group in enumerate(g for g in self._groups(plan.items) if g):
+        for i, group in enumerate(cached_groups(self, plan.items)):
             objects.append((f"{prefix}{i}{DEFAULT_SUFFIX}", group))
         try:
             return self._write_data(planner, objects)
@@ -275,13 +251,8 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             raise
 
     def _groups(self, items: list) -> list[list]:
-        """The rank's items split into objects: one per item, or (single_file_per_rank) torch's
-        size-balanced split into max(thread_count, tensor bytes / object_bytes) objects."""
-        if not self.single_file_per_rank:
-            return [[item] for item in items]
-        wanted = math.ceil(estimate_bytes(items) / self.object_bytes)
-        bins = max(1, min(max(self.thread_count, wanted), len(items)))
-        return _split_by_size_and_type(bins, items)
+        """The rank's items as objects (`gcsckpt.dcp.object_split.split_items`)."""
+        return split_items(self, items)
 
     def _write_data(self, planner: SavePlanner, objects: list) -> Future:
         if self.serialization_format == SerializationFormat.SAFETENSORS:
@@ -334,31 +305,46 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             raise ValueError("GCSStorageWriter has no checkpoint_id; pass 'gs://bucket/prefix'")
         return self.location
 
+    def __getstate__(self) -> dict:
+        # Pickled into torch's checkpoint process for every PROCESS-mode save: the clients stay
+        # behind (that process takes its own from `gcsckpt.dcp.engines`).
+        return {**self.__dict__, "_store": None, "_uploader": None, "_unpickled": True}
+
+    def _engine_key(self, *extra) -> tuple | None:
+        options = (self.endpoint, self.chunk_bytes, self.max_inflight_uploads, self._retry)
+        return engines.config_key(self.token_provider, *options, self._stall_timeout_s, *extra)
+
     def _object_store(self) -> ObjectStore:
         if self._store is None:
-            self._store = ObjectStore(
-                self.endpoint,
-                token_provider=self.token_provider,
-                pool_size=self.thread_count + 2,
-                **self._store_options,
+            self._store = engines.shared(
+                "store",
+                self._engine_key("store", self.thread_count),
+                lambda: ObjectStore(
+                    self.endpoint,
+                    token_provider=self.token_provider,
+                    pool_size=self.thread_count + 2,
+                    **self._store_options,
+                ),
             )
         return self._store
 
     def _data_uploader(self) -> Uploader:
         if self._uploader is None:
-            self._uploader = Uploader(
-                self.endpoint,
-                token_provider=self.token_provider,
-                chunk_bytes=self.chunk_bytes,
-                max_inflight_requests=self.max_inflight_uploads,
-                retry=self._retry,
-                **(
-                    {}
-                    if self._stall_timeout_s is None
-                    else {"stall_timeout_s": self._stall_timeout_s}
-                ),
+            self._uploader = engines.shared(
+                "uploader", self._engine_key("uploader"), self._new_uploader
             )
         return self._uploader
+
+    def _new_uploader(self) -> Uploader:
+        stall = {} if self._stall_timeout_s is None else {"stall_timeout_s": self._stall_timeout_s}
+        return Uploader(
+            self.endpoint,
+            token_provider=self.token_provider,
+            chunk_bytes=self.chunk_bytes,
+            max_inflight_requests=self.max_inflight_uploads,
+            retry=self._retry,
+            **stall,
+        )
 
     def _objects(self) -> SaveObjects:
         return SaveObjects(self._object_store(), self._loc())

@@ -1,8 +1,10 @@
 """Decoding fetched bytes and handing them to the LoadPlanner.
 
 In: one Fetch and its bytes (a 1-D uint8 CPU tensor, or None when a direct fetch already put
-them in `fetch.target`). Out: for BYTES, `planner.load_bytes(item, BytesIO)`; for tensors, the
-stored region copied into `planner.resolve_tensor(item)` and `planner.commit_tensor` called.
+them in `fetch.target`; for a direct TORCH_SAVE fetch, its archive's head and tail, checked
+against the group's template before commit, else kept in `rereads`). Out: for BYTES,
+`planner.load_bytes(item, BytesIO)`; for tensors, the stored region copied into
+`planner.resolve_tensor(item)` (unless already there) and `planner.commit_tensor` called.
 Stream transforms (torch DCP `_extensions`, e.g. ZStandard) are undone first through torch's
 `_StorageReaderTransforms`. TORCH_SAVE archives decode through `gcsckpt.dcp.torch_save_view`
 (in place, no `torch.load` for plain tensors); RAW bytes are viewed as the fetch's dtype/shape.
@@ -18,6 +20,7 @@ import torch
 from torch.distributed.checkpoint.filesystem import _StorageReaderTransforms
 from torch.distributed.checkpoint.planner import LoadPlanner
 
+from gcsckpt.dcp.load.archives import buffered, matches
 from gcsckpt.dcp.load.errors import CheckpointReadError, LoadErrors
 from gcsckpt.dcp.load.fetch import Fetch, FetchKind
 from gcsckpt.dcp.load.regions import narrow_block
@@ -45,6 +48,13 @@ class Decoder:
         self.transforms = transforms
         self.errors = errors
         self.stats = stats
+        self.rereads: list[Fetch] = []  # direct TORCH_SAVE fetches whose archive differed
+
+    def take_rereads(self) -> list[Fetch]:
+        """The buffered TORCH_SAVE Fetches of direct items whose archive head or tail did not
+        match their group's template (nothing of them was committed); clears the list."""
+        rereads, self.rereads = self.rereads, []
+        return rereads
 
     def consume(self, fetch: Fetch, data: torch.Tensor | None) -> None:
         """Decodes one fetched item and hands it to the planner.
@@ -57,6 +67,13 @@ class Decoder:
         began = time.perf_counter()
         try:
             if fetch.target is not None:
+                if fetch.archive is not None and not matches(fetch.archive, data):
+                    self.rereads.append(buffered(fetch))  # not committed: read it again
+                    stats.direct_items -= 1
+                    stats.direct_archive_items -= 1
+                    stats.archive_rereads += 1
+                    stats.deserialize_s += time.perf_counter() - began
+                    return
                 planner.commit_tensor(item, fetch.target)
                 stats.copy_s += time.perf_counter() - began
                 return

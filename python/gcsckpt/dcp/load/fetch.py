@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch.distributed.checkpoint.planner import ReadItem
@@ -40,8 +40,11 @@ class Fetch(NamedTuple):
         descriptors: stream transforms to undo before decoding (TORCH_SAVE/BYTES only), or ().
         dtype, shape: for RAW, the fetched block's dtype and shape (elements); else None/().
         narrow: for RAW, (offsets, lengths) still to cut from the fetched block, or None.
-        target: for "direct" RAW fetches, the planner's tensor the bytes land in (contiguous
+        target: for "direct" fetches, the planner's tensor the bytes land in (contiguous
             CPU tensor of `dtype` and `shape`); None for buffered fetches.
+        archive: for direct TORCH_SAVE fetches, the group's `archives.ArchiveTemplate` (the
+            archive's head and tail go to a scratch slot, checked before commit); else None.
+        skip: for direct TORCH_SAVE fetches, bytes from the storage's start to the region.
     """
 
     path: str
@@ -54,11 +57,38 @@ class Fetch(NamedTuple):
     shape: tuple[int, ...] = ()
     narrow: tuple[list[int], list[int]] | None = None
     target: torch.Tensor | None = None
+    archive: Any = None
+    skip: int = 0
 
     @property
     def buffered(self) -> bool:
         """True when the bytes need a slot in a window buffer (not direct, not empty)."""
         return self.target is None and self.length > 0
+
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes of window buffer this fetch needs: its length when buffered, an archive's head
+        and tail when direct TORCH_SAVE, else 0."""
+        if self.archive is not None:
+            return self.archive.head_len + self.archive.tail_len
+        return self.length if self.target is None else 0
+
+    def parts(self, scratch, ranges: list) -> None:
+        """Appends this fetch's ranges (path, offset, length, destination) to `ranges`: one for
+        a buffered or direct RAW fetch (into `scratch`, a uint8 numpy slot of `slot_bytes`, or
+        the target), three for a direct TORCH_SAVE fetch (head, storage region, tail)."""
+        if self.target is None:
+            ranges.append((self.path, self.offset, self.length, scratch))
+            return
+        dest = self.target.reshape(-1).view(torch.uint8).numpy()
+        if self.archive is None:
+            ranges.append((self.path, self.offset, self.length, dest))
+            return
+        head, tail = self.archive.head_len, self.archive.tail_len
+        ranges.append((self.path, self.offset, head, scratch[:head]))
+        ranges.append((self.path, self.offset + head + self.skip, dest.size, dest))
+        end = self.offset + self.length
+        ranges.append((self.path, end - tail, tail, scratch[head:]))
 
     def where(self) -> tuple[str, int, int]:
         """(path, offset, length), for error messages."""
@@ -69,8 +99,8 @@ class Fetch(NamedTuple):
 class Window:
     """Consecutive Fetches sharing one buffer of `buffer_bytes` bytes.
 
-    `slots[i]` is where `fetches[i]`'s bytes start in that buffer (a multiple of ALIGN), or -1
-    for a fetch that needs no buffer (direct or empty).
+    `slots[i]` is where `fetches[i]`'s buffered bytes (`Fetch.slot_bytes`) start in that buffer
+    (a multiple of ALIGN), or -1 for a fetch that needs no buffer (direct RAW or empty).
     """
 
     fetches: tuple[Fetch, ...]

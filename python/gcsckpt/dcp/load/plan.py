@@ -6,12 +6,14 @@ offset, length, stream transforms; state_dict_metadata: chunks and dtypes), the 
 Out: a FetchPlan (one Fetch per ReadItem, in (object, offset) order, plus counts), then Windows.
 
 Each ReadItem becomes one Fetch: BYTE_IO items fetch their bytes (BYTES); tensor items of a
-TORCH_SAVE checkpoint fetch their whole `torch.save` archive (TORCH_SAVE); tensor items of a
+TORCH_SAVE checkpoint fetch their whole `torch.save` archive (TORCH_SAVE), and those whose
+region is one contiguous run of the chunk with a target that takes the bytes as they are (a
+contiguous CPU tensor of the same dtype and shape: "direct") read only the archive's head and
+tail into a slot and the region straight into the target (`archives`); tensor items of a
 SAFETENSORS checkpoint fetch only the bytes of the requested region when it is one contiguous
-run in the stored chunk (else the whole chunk, narrowed after), straight into the target tensor
-when that is a contiguous CPU tensor of the same dtype and shape ("direct") (RAW). Items saved
-with stream transforms always take the TORCH_SAVE/BYTES path, since their stored bytes are
-encoded. Windows bound buffer memory; each buffered fetch gets a 64-byte aligned slot.
+run (else the whole chunk, narrowed after), direct when the target allows (RAW). Items saved
+with stream transforms always take the buffered TORCH_SAVE/BYTES path, since their stored
+bytes are encoded. Windows bound buffer memory; each slot is 64-byte aligned.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import torch
 from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import LoadItemType, ReadItem
 
+from gcsckpt.dcp.load.archives import make_templates
 from gcsckpt.dcp.load.blob_headers import read_blob_headers, tensor_start
 from gcsckpt.dcp.load.errors import LoadErrors
 from gcsckpt.dcp.load.fetch import ALIGN, Fetch, FetchKind, Window
@@ -37,7 +40,9 @@ class FetchPlan(NamedTuple):
     fetches: list[Fetch]  # (object, offset) order
     tensor_items: int
     bytes_items: int
-    direct_items: int  # RAW fetches that land straight in the target tensor
+    direct_items: int  # tensor fetches that land straight in the target tensor
+    direct_archive_items: int  # TORCH_SAVE ones among them
+    archive_templates: int  # groups (dtype, chunk shape, length) with a stand-in template
     objects: int  # distinct objects read
 
 
@@ -62,7 +67,7 @@ def plan_fetches(
     errors: LoadErrors,
 ) -> FetchPlan:
     """One Fetch per item (see module doc); RAW items need their blob's header first (one
-    extra round trip for all blobs of the load).
+    extra round trip for all blobs of the load); direct TORCH_SAVE items need none.
 
     Args:
         resolve_tensor: `LoadPlanner.resolve_tensor`, called only to test whether a direct read
@@ -76,7 +81,8 @@ def plan_fetches(
     storage_data = metadata.storage_data
     fetches: list[Fetch] = []
     raw_pending: list = []  # (item, path, blob offset, length, chunk sizes, dtype)
-    tensor_items = bytes_items = 0
+    archive_pending: list = []  # (TORCH_SAVE Fetch, group key, target, skip)
+    tensor_items = bytes_items = templates = 0
     for item in items:
         info = storage_data.get(item.storage_index)
         if info is None:
@@ -93,9 +99,18 @@ def plan_fetches(
         except ValueError as e:
             raise errors.at(path, offset, length, str(e)) from None
         if descriptors or not is_raw_tensor_item(length, chunk.sizes, dtype):
-            fetches.append(Fetch(path, offset, length, item, FetchKind.TORCH_SAVE, descriptors))
+            fetch = Fetch(path, offset, length, item, FetchKind.TORCH_SAVE, descriptors)
+            if not descriptors and (
+                direct := _archive_direct(fetch, chunk.sizes, dtype, resolve_tensor)
+            ):
+                archive_pending.append(direct)
+            else:
+                fetches.append(fetch)
             continue
         raw_pending.append((item, path, offset, length, chunk.sizes, dtype))
+    if archive_pending:
+        direct, templates = _archive_fetches(archive_pending)
+        fetches.extend(direct)
     if raw_pending:
         blobs = {(path, offset) for _, path, offset, *_ in raw_pending}
         layouts = read_blob_headers(blobs, metadata, ranges, errors)
@@ -111,30 +126,36 @@ def plan_fetches(
         tensor_items=tensor_items,
         bytes_items=bytes_items,
         direct_items=sum(1 for f in fetches if f.target is not None),
+        direct_archive_items=sum(1 for f in fetches if f.archive is not None),
+        archive_templates=templates,
         objects=len({f.path for f in fetches}),
     )
 
 
 def make_windows(fetches: Sequence[Fetch], window_bytes: int) -> list[Window]:
-    """Cuts fetches (in order) into windows whose aligned buffered bytes stay <= window_bytes
-    (a single larger fetch gets a window of its own); direct and empty fetches use no buffer
-    (slot -1)."""
+    """Cuts fetches (in order) into windows of at most window_bytes (a single larger fetch gets
+    a window of its own), counting each fetch's aligned slot (`Fetch.slot_bytes`) and, for a
+    direct TORCH_SAVE fetch, the archive bytes it reads too, so its window stays one bounded
+    submit; direct RAW and empty fetches use no slot (slot -1) and ride along."""
     windows: list[Window] = []
     current: list[Fetch] = []
     slots: list[int] = []
-    used = 0
+    used = counted = 0
     for fetch in fetches:
-        if fetch.target is not None or fetch.length == 0:  # needs no buffer
+        size = fetch.slot_bytes
+        if size == 0:  # needs no buffer
             current.append(fetch)
             slots.append(-1)
             continue
-        need = -(-fetch.length // ALIGN) * ALIGN
-        if used and used + need > window_bytes:
+        need = -(-size // ALIGN) * ALIGN
+        count = need if fetch.archive is None else need + fetch.length
+        if counted and counted + count > window_bytes:
             windows.append(Window(tuple(current), tuple(slots), used))
-            current, slots, used = [], [], 0
+            current, slots, used, counted = [], [], 0, 0
         current.append(fetch)
         slots.append(used)
         used += need
+        counted += count
     if current:
         windows.append(Window(tuple(current), tuple(slots), used))
     return windows
@@ -162,17 +183,67 @@ def _raw_fetch(
     first, count = region
     offset, length = blob_start + first * dtype.itemsize, count * dtype.itemsize
     shape = tuple(lengths)
-    target = None
-    if count:
-        tensor = resolve_tensor(item).detach()
-        if (
-            tensor.device.type == "cpu"
-            and tensor.dtype == dtype
-            and tensor.is_contiguous()
-            and tuple(tensor.shape) == shape
-        ):
-            target = tensor
+    target = _direct_target(resolve_tensor, item, dtype, shape) if count else None
     return Fetch(path, offset, length, item, raw, (), dtype, shape, None, target)
+
+
+def _direct_target(
+    resolve_tensor: Callable[[ReadItem], torch.Tensor],
+    item: ReadItem,
+    dtype: torch.dtype,
+    shape: tuple[int, ...],
+) -> torch.Tensor | None:
+    """The planner's tensor for `item` when bytes of `dtype` and `shape` can land in it as they
+    are (a contiguous CPU tensor of that dtype and shape), else None (a cast, a device copy or
+    a strided copy is needed: the buffered path)."""
+    tensor = resolve_tensor(item).detach()
+    if (
+        tensor.device.type == "cpu"
+        and tensor.dtype == dtype
+        and tensor.is_contiguous()
+        and tuple(tensor.shape) == shape
+    ):
+        return tensor
+    return None
+
+
+def _archive_direct(
+    fetch: Fetch,
+    chunk_sizes: Sequence[int],
+    dtype: torch.dtype,
+    resolve_tensor: Callable[[ReadItem], torch.Tensor],
+) -> tuple | None:
+    """(fetch, group key, target, skip bytes) when the item's region is one non-empty run of
+    its chunk and its target takes the bytes as they are; else None."""
+    item = fetch.item
+    lengths = list(item.lengths)
+    region = contiguous_region(chunk_sizes, list(item.storage_offsets), lengths)
+    if region is None or region[1] == 0:
+        return None
+    target = _direct_target(resolve_tensor, item, dtype, tuple(lengths))
+    if target is None:
+        return None
+    key = (dtype, tuple(chunk_sizes), fetch.length)
+    return fetch, key, target, region[0] * dtype.itemsize
+
+
+def _archive_fetches(pending: list) -> tuple[list[Fetch], int]:
+    """The Fetches of `_archive_direct` candidates, direct with their group's template or
+    buffered TORCH_SAVE where the group has none, and the number of templates made."""
+    templates = make_templates({key for _, key, _, _ in pending})
+    out = []
+    for fetch, key, target, skip in pending:
+        template = templates.get(key)
+        if template is None:
+            out.append(fetch)
+        else:
+            shape = tuple(target.shape)
+            out.append(
+                fetch._replace(
+                    dtype=key[0], shape=shape, target=target, archive=template, skip=skip
+                )
+            )
+    return out, len(templates)
 
 
 def _object_order(fetch: Fetch) -> tuple[str, int]:

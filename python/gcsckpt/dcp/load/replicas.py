@@ -102,8 +102,9 @@ class ReplicaExchange:
             raise
         counts = self._gather_counts(len(keys), None)
         plan = assign(self._gather_keys(keys, counts), self.rank, self.budget)
-        # range id -> this rank's Fetch of it (None: a range only other ranks read)
-        mine = [fetches[i] if i >= 0 else None for i in plan.position.tolist()]
+        # range id -> this rank's Fetch of it, buffered so its bytes can be sent (None: a range
+        # only other ranks read); unshared fetches keep their direct targets
+        mine = [_buffered(fetches[i]) if i >= 0 else None for i in plan.position.tolist()]
         unshared = [fetches[i] for i in plan.unshared.tolist()]
         fetched = {f.path for f in unshared}
         for parcels in plan.rounds:
@@ -229,9 +230,8 @@ class ReplicaExchange:
         def keep(fetch: Fetch, data: torch.Tensor | None) -> None:
             consume(fetch, data)
             start = slot_of.get(id(fetch), -1)
-            if start >= 0:
-                source = data if data is not None else fetch.target.reshape(-1).view(torch.uint8)
-                send[start : start + fetch.length].copy_(source)
+            if start >= 0:  # a shared fetch: buffered, `data` holds its bytes
+                send[start : start + fetch.length].copy_(data)
 
         self._fetch(make_windows(fetches, self.window_bytes), ranges, keep if slot_of else consume)
         if parcel is None:
@@ -241,15 +241,8 @@ class ReplicaExchange:
     def _consume_parcel(self, parcel: Parcel, buffer: torch.Tensor, mine: list, consume) -> None:
         """Decodes a received parcel with this rank's own Fetches (bytes into their targets)."""
         for i, slot in zip(parcel.ids.tolist(), parcel.slots, strict=True):
-            fetch = mine[i]
-            if fetch.target is not None:  # direct: copy the bytes into the target first
-                if fetch.length:
-                    fetch.target.reshape(-1).view(torch.uint8).copy_(
-                        buffer[slot : slot + fetch.length]
-                    )
-                consume(fetch, None)
-            else:
-                consume(fetch, buffer[max(slot, 0) : max(slot, 0) + fetch.length])
+            start = max(slot, 0)  # an empty range has no slot
+            consume(mine[i], buffer[start : start + mine[i].length])
 
     def _as_load_error(self, error: BaseException) -> CheckpointReadError:
         if isinstance(error, CheckpointReadError):
@@ -258,3 +251,11 @@ class ReplicaExchange:
             return self.errors.from_range_error(error)
         summary = f"{type(error).__name__}: {error}"
         return CheckpointReadError(self.rank, [], summary=summary)
+
+
+def _buffered(fetch: Fetch) -> Fetch:
+    """`fetch` with its whole range read into a window slot (not straight into its target), so
+    the bytes can be sent as they are; the decoder then copies them into the target."""
+    if fetch.target is None:
+        return fetch
+    return fetch._replace(target=None, archive=None, skip=0)

@@ -14,7 +14,12 @@ class LoadStats:
     """What one `read_data` did (all counts for this rank only).
 
     read_items: ReadItems in the plan (tensor_items + bytes_items). direct_items: tensor items
-    whose bytes went straight into the target tensor. objects: distinct objects read.
+    whose bytes went straight into the target tensor (the rest were copied from a window
+    buffer). direct_archive_items: TORCH_SAVE items among them. archive_templates: groups
+    (dtype, chunk shape, archive length) of TORCH_SAVE items with a template to place them
+    (one stand-in `torch.save` each, kept for the process's later loads). archive_rereads:
+    direct TORCH_SAVE items whose archive did not match its template, read again through a
+    buffer. objects: distinct objects read.
     ranges: byte ranges handed to the range reader. requests: HTTP GETs it sent (after
     coalescing/splitting, retries included). bytes_needed: bytes of the ranges this rank fetched.
     bytes_fetched: bytes received from the endpoint (summed over ranks: the job's storage bytes).
@@ -35,6 +40,9 @@ class LoadStats:
     tensor_items: int = 0
     bytes_items: int = 0
     direct_items: int = 0
+    direct_archive_items: int = 0
+    archive_templates: int = 0
+    archive_rereads: int = 0
     objects: int = 0
     ranges: int = 0
     requests: int = 0

@@ -1,0 +1,54 @@
+"""GCSCheckpointer on 2 gloo ranks against a local endpoint: each mode's round trip exact at its
+step with the state changed right after the call (staging really copied), the plan cache reused
+for an unchanged layout and a fresh plan for a changed one, and PROCESS-mode saves that build
+the writer's clients once in torch's checkpoint process."""
+
+from __future__ import annotations
+
+import async_ranks
+import checkpointer_ranks
+import pytest
+
+from gcsckpt.testing import LocalGCS
+from gcsckpt.testing.local_ranks import run_ranks
+
+_PRELOAD = ("torch", "torch.distributed.checkpoint", "gcsckpt.dcp", "checkpointer_ranks")
+
+
+def _run(fn, *args):
+    return run_ranks(fn, 2, *args, preload=_PRELOAD, timeout_s=120.0)
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    with LocalGCS() as endpoint:
+        endpoint.create_bucket(async_ranks.BUCKET)
+        yield endpoint
+
+
+@pytest.mark.parametrize("mode", ["sync", "thread", "process"])
+def test_each_mode_saves_the_state_at_the_call(gcs, mode):
+    for report in _run(checkpointer_ranks.modes, gcs.endpoint, mode):
+        assert report["mismatches"] == [[], []]
+        assert report["snapshots_differ"] is True
+
+
+def test_plan_cache_reused_for_one_layout_and_renewed_when_it_changes(gcs):
+    for report in _run(checkpointer_ranks.plan_cache, gcs.endpoint):
+        # same layout again: reused; new key, removed key, new shape, new dtype: fresh plans
+        assert report["reused"] == [0, 1, 0, 0, 0, 0]
+        assert report["loaded_ok"] == [True] * 6
+        assert len(report["tags"]) == 6 and len(set(report["tags"])) == 6  # own names per save
+
+
+def test_process_mode_builds_the_writers_clients_once(gcs, tmp_path):
+    reports = _run(checkpointer_ranks.process_reuse, gcs.endpoint, str(tmp_path))
+    for report in reports:
+        entries = report["entries"]
+        assert len(entries) == 3
+        assert len({e["pid"] for e in entries}) == 1  # one checkpoint process for all saves
+        assert entries[0]["pid"] != report["own_pid"]
+        assert [e["builds"]["uploader"] for e in entries] == [1, 1, 1]  # built once
+        assert all(e["builds"].get("store", 0) <= 1 for e in entries)
+        assert len({e["uploader"] for e in entries}) == 1
+        assert report["mismatches"] == [[], [], []]
