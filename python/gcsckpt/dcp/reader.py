@@ -59,9 +59,10 @@ from gcsckpt.io.objects import ObjectStore, store_options
 # 256 MiB keeps ~16 x 8 MiB GETs in flight per window (the local endpoint's ceiling was reached
 # with 16 parallel 8 MiB GETs) while peak RSS stays within state bytes + 256 MiB.
 DEFAULT_INFLIGHT_BYTES = 256 << 20
-# Read each range once per job and send it to the other ranks that need it (HSDP replicas):
-# storage bytes = checkpoint bytes (docs/measurements.md, "Load", "Replicated layouts").
-DEFAULT_READ_ONCE = True
+# Off: against the local endpoint a replica's second GET cost less than the gloo exchange that
+# replaces it (hsdp dpr2dp4 3.85 s off, 4.29 s on; docs/measurements.md, "Replicated layouts").
+# On halves storage bytes (ratio 2.06 -> 0.99): worth it where GETs are billed or network-bound.
+DEFAULT_READ_ONCE = False
 
 
 class GCSStorageReader(GCSCheckpointId, StorageReader):

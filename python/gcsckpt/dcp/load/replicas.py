@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from gcsckpt.dcp.load.errors import CheckpointReadError, LoadErrors
-from gcsckpt.dcp.load.fetch import ALIGN, Fetch, Window
+from gcsckpt.dcp.load.fetch import ALIGN, Fetch
 from gcsckpt.dcp.load.pipeline import run_windows
 from gcsckpt.dcp.load.plan import make_windows
 from gcsckpt.dcp.load.ranges import CheckpointRanges
@@ -54,7 +54,7 @@ class ReplicaExchange:
         budget_bytes: buffer memory (bytes): two fetch windows of a quarter each, and one
             round's parcels (the one sent, those received) in the other half.
         errors: this rank's LoadErrors. stats: the load's LoadStats (peer_bytes_in/out and
-            exchange_s grow; windows and fetch_s are summed over the fetch passes).
+            exchange_s grow).
     """
 
     def __init__(
@@ -206,14 +206,6 @@ class ReplicaExchange:
         return rank if self.group is None else dist.get_global_rank(self.group, rank)
 
     # -- local work -------------------------------------------------------------------------------
-    def _fetch(self, windows: list[Window], ranges: CheckpointRanges, consume: Consume) -> None:
-        """`run_windows`, with windows and fetch_s summed over the calls of one load."""
-        stats = self.stats
-        windows_before, fetch_before = stats.windows, stats.fetch_s
-        run_windows(windows, ranges, consume, stats)
-        stats.windows += windows_before
-        stats.fetch_s += fetch_before
-
     def _fetch_own(self, parcel: Parcel | None, extra: list[Fetch], mine: list, ranges, consume):
         """Fetches and decodes an owned parcel (None: none) and the `extra` Fetches in one
         pass (object order, so their ranges share GETs); returns the parcel's bytes laid out at
@@ -233,7 +225,8 @@ class ReplicaExchange:
             if start >= 0:  # a shared fetch: buffered, `data` holds its bytes
                 send[start : start + fetch.length].copy_(data)
 
-        self._fetch(make_windows(fetches, self.window_bytes), ranges, keep if slot_of else consume)
+        windows = make_windows(fetches, self.window_bytes)
+        run_windows(windows, ranges, keep if slot_of else consume, self.stats)
         if parcel is None:
             return None
         return send.to(self.device) if self.device is not None else send
