@@ -17,7 +17,7 @@ import torch.nn as nn
 from torch.distributed.checkpoint.state_dict import get_state_dict
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 
 
 def det_tensor(name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -33,7 +33,9 @@ def _model() -> nn.Module:
 
 
 def fsdp_state(mesh: DeviceMesh) -> dict[str, Any]:
-    """FSDP2 model + one AdamW step (deterministic grads) + extra entries, sharded on `mesh`."""
+    """FSDP2 model + one AdamW step (deterministic grads) + extra entries, sharded on `mesh`
+    (1-D: FSDP; 2-D (dp_replicate, dp_shard): HSDP, replicated on the first dimension)."""
+    placements = [Replicate()] * (mesh.ndim - 1) + [Shard(0)]
     model = _model()
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -45,11 +47,11 @@ def fsdp_state(mesh: DeviceMesh) -> dict[str, Any]:
     optim = torch.optim.AdamW(model.parameters(), lr=1e-2)
     for name, param in model.named_parameters():
         grad = det_tensor("grad." + name, tuple(param.shape), torch.float32)
-        param.grad = distribute_tensor(grad, mesh, [Shard(0)])
+        param.grad = distribute_tensor(grad, mesh, placements)
     optim.step()
     model_sd, optim_sd = get_state_dict(model, optim)
     extra = {
-        "bf16": distribute_tensor(det_tensor("bf16", (37, 6), torch.bfloat16), mesh, [Shard(0)]),
+        "bf16": distribute_tensor(det_tensor("bf16", (37, 6), torch.bfloat16), mesh, placements),
         "i64": det_tensor("i64", (5, 3), torch.int64),
         "f32": det_tensor("f32", (11,), torch.float32),
         "empty": torch.empty(0, 4),

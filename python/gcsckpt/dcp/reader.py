@@ -7,8 +7,10 @@ the load itself is `gcsckpt.dcp.load`, one module per step:
     read_metadata          one GET of `.metadata` (with its generation), restricted unpickler
     prepare_local_plan     items sorted by (object, offset)
     prepare_global_plan    one listing on the coordinator pins a generation per data object
+                           (and, with read_once, marks the load as shared among its ranks)
     read_data              plan -> extents checked -> windows -> range reader -> decode into
-                           the planner's tensors; then its connections are closed
+                           the planner's tensors (ranges other ranks need too: `load.replicas`);
+                           then its connections are closed
 
 Why: every ReadItem becomes one byte range and all ranges of a memory window go to the C++ range
 reader at once (joined across small gaps, split, many GETs in flight with the GIL released), so
@@ -41,6 +43,7 @@ from gcsckpt.dcp.load.generations import Pins, check_metadata_read, pin_generati
 from gcsckpt.dcp.load.pipeline import run_windows
 from gcsckpt.dcp.load.plan import make_windows, plan_fetches, sort_items
 from gcsckpt.dcp.load.ranges import CheckpointRanges
+from gcsckpt.dcp.load.replicas import ReplicaExchange, SharedReads
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.dcp.paths import (
@@ -56,6 +59,10 @@ from gcsckpt.io.objects import ObjectStore, store_options
 # 256 MiB keeps ~16 x 8 MiB GETs in flight per window (the local endpoint's ceiling was reached
 # with 16 parallel 8 MiB GETs) while peak RSS stays within state bytes + 256 MiB.
 DEFAULT_INFLIGHT_BYTES = 256 << 20
+# Off: against the local endpoint a replica's second GET cost less than the gloo exchange that
+# replaces it (hsdp dpr2dp4 3.85 s off, 4.29 s on; docs/measurements.md, "Replicated layouts").
+# On halves storage bytes (ratio 2.06 -> 0.99): worth it where GETs are billed or network-bound.
+DEFAULT_READ_ONCE = False
 
 
 class GCSStorageReader(GCSCheckpointId, StorageReader):
@@ -83,6 +90,12 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             (rewritten after the checkpoint was committed). False for checkpoints copied object
             by object, whose generations follow the copy's order; changes during the load are
             detected either way (see `gcsckpt.dcp.load.generations`).
+        read_once: in a load over a process group, fetch each byte range that several ranks
+            read (HSDP replicas) on one of them and send it to the others (`load.replicas`):
+            storage bytes = checkpoint bytes. Needs every rank's plan to carry the
+            coordinator's storage_data (DefaultLoadPlanner, GCSLoadPlanner). False: each rank
+            fetches all its ranges. No effect without a process group (no_dist).
+        process_group: the group `dcp.load` was given (None: the default group).
 
     After each load, `load_stats` (a LoadStats) holds this rank's counters. `read_data` closes
     the range reader and the `.metadata`/listing client when it ends (their sockets and threads
@@ -109,6 +122,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         extension_registry=None,
         tune_gc: bool = True,
         check_commit_order: bool = True,
+        read_once: bool = DEFAULT_READ_ONCE,
+        process_group=None,
     ) -> None:
         super().__init__()
         self.location: CheckpointLocation | None = None
@@ -141,6 +156,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         self.load_stats = LoadStats()
         self.tune_gc = tune_gc
         self.check_commit_order = check_commit_order
+        self.read_once = read_once
+        self.process_group = process_group
         self._metadata_name = METADATA_NAME
         self._metadata_generation: int | None = None
         self._heap = HeapFreeze()
@@ -207,7 +224,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
     def prepare_global_plan(self, plans: list[LoadPlan]) -> list[LoadPlan]:
         """Pins one generation per data object of the checkpoint for the whole load (one LIST
         of the prefix) and gives each plan, as its storage_data, the pins of the objects it
-        reads (all pins for a plan without items: `GCSLoadPlanner` keeps items on the ranks).
+        reads (all pins for a plan without items: `GCSLoadPlanner` keeps items on the ranks);
+        with read_once and more than one plan, wrapped in `SharedReads`.
 
         Raises:
             CheckpointReadError: "object changed during load" (see `load.generations`).
@@ -220,14 +238,15 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             self._heap.thaw()  # read_data, which thaws it and closes the clients, will not run
             self._close_clients()
             raise
-        return [
-            plan
-            if plan.storage_data is not None
-            else dataclasses.replace(
-                plan, storage_data=pins.only(self._paths(plan)) if plan.items else pins
-            )
-            for plan in plans
-        ]
+        share = self.read_once and len(plans) > 1
+        out = []
+        for plan in plans:
+            if plan.storage_data is None:
+                data = pins.only(self._paths(plan)) if plan.items else pins
+                data = SharedReads(data, len(plans)) if share else data
+                plan = dataclasses.replace(plan, storage_data=data)
+            out.append(plan)
+        return out
 
     def read_data(self, plan: LoadPlan, planner: LoadPlanner) -> Future[None]:
         """Loads every item of `plan` into the planner's tensors (see module doc).
@@ -246,8 +265,10 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         errors = self._errors()
         reader = self._reader()
         before = reader.stats()
+        pins, exchange = plan.storage_data, None
         try:
-            pins = plan.storage_data
+            if isinstance(pins, SharedReads):
+                pins, exchange = pins.pins, self._exchange(pins.ranks)
             if not isinstance(pins, Pins):  # the coordinator's pins did not reach this plan
                 pins = self._pins(self._paths(plan))
             check_metadata_read(pins, self._metadata_name, self._metadata_generation, errors)
@@ -267,12 +288,19 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
                 stats.plan_s = time.perf_counter() - start
                 windows = make_windows(fetch_plan.fetches, max(1, self.max_inflight_bytes // 2))
                 decoder = Decoder(planner, self._transforms, errors, stats)
-                run_windows(windows, ranges, decoder.consume, stats)
+                if exchange is None:
+                    run_windows(windows, ranges, decoder.consume, stats)
+                else:
+                    exchange.run(fetch_plan.fetches, ranges, decoder.consume)
                 if rereads := decoder.take_rereads():  # archives unlike their group's template
                     window_bytes = max(1, self.max_inflight_bytes // 2)
                     run_windows(make_windows(rereads, window_bytes), ranges, decoder.consume, stats)
-        except RangeReadError as e:
-            raise errors.from_range_error(e) from e
+        except Exception as e:
+            if exchange is not None:
+                exchange.abandon(e)  # ranks waiting on this one's first collective fail too
+            if isinstance(e, RangeReadError):
+                raise errors.from_range_error(e) from e
+            raise
         finally:
             self._heap.thaw()
             after = reader.stats()
@@ -346,6 +374,18 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             return self._object_store().size(location.bucket, location.object_name(path))
         except (OSError, ValueError):
             return None
+
+    def _exchange(self, ranks: int) -> ReplicaExchange | None:
+        """The exchange of a load shared by `ranks` ranks; None when this process is not in
+        such a group (every rank then decides the same, from the same plan and group)."""
+        group = self.process_group
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        if dist.get_world_size(group) != ranks:
+            return None
+        paths = [info.relative_path for info in self.storage_data.values()]
+        budget, stats = self.max_inflight_bytes, self.load_stats
+        return ReplicaExchange(group, paths, budget, self._errors(), stats)
 
     def _reader(self) -> RangeReader:
         if self._range_reader is None:

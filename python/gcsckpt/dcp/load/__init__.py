@@ -7,6 +7,8 @@
     pipeline.run_windows   two windows in flight through ranges.CheckpointRanges (the one door
                            to the range reader) -> (Fetch, bytes) as ranges complete
     decode.Decoder         (Fetch, bytes) -> tensors / BYTE_IO values for the LoadPlanner
+    replicas               with read_once over a process group: ranges several ranks read
+                           fetched by one owner (replica_plan.assign) and sent to the others
     errors.LoadErrors      any failure -> one CheckpointReadError naming rank, object, range
 
 Shared: fetch (Fetch/Window records, FetchKind), regions (chunk geometry), stats (LoadStats).

@@ -21,8 +21,11 @@ class LoadStats:
     direct TORCH_SAVE items whose archive did not match its template, read again through a
     buffer. objects: distinct objects read.
     ranges: byte ranges handed to the range reader. requests: HTTP GETs it sent (after
-    coalescing/splitting, retries included). bytes_needed: bytes of the ranges. bytes_fetched:
-    bytes received from the endpoint. retries: retried requests. windows: memory windows.
+    coalescing/splitting, retries included). bytes_needed: bytes of the ranges this rank fetched.
+    bytes_fetched: bytes received from the endpoint (summed over ranks: the job's storage bytes).
+    retries: retried requests. windows: memory windows. peer_bytes_in/peer_bytes_out: bytes
+    received from / sent to other ranks when shared ranges are read once (`replicas`);
+    exchange_s: time in those sends and receives.
     metadata_requests/metadata_bytes/metadata_s: the `.metadata` GET. list_requests: LISTs of
     the prefix this rank sent to pin generations (1 on the coordinator, 0 elsewhere, or 1 per
     rank when ranks plan alone). pinned_objects: objects this rank read at a pinned generation
@@ -47,6 +50,9 @@ class LoadStats:
     bytes_fetched: int = 0
     retries: int = 0
     windows: int = 0
+    peer_bytes_in: int = 0
+    peer_bytes_out: int = 0
+    exchange_s: float = 0.0
     metadata_requests: int = 0
     metadata_bytes: int = 0
     metadata_s: float = 0.0
