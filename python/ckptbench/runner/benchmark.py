@@ -36,7 +36,12 @@ from ckptbench.record.metrics import case_row
 from ckptbench.record.progress import ProgressDisplay
 from ckptbench.record.resources import ResourceSampler, merge_usage
 from ckptbench.roles import BASELINE, CANDIDATE, LOCALFS
-from ckptbench.runner.case_verdict import load_result, merge_rank_results, save_result
+from ckptbench.runner.case_verdict import (
+    load_result,
+    merge_rank_results,
+    save_result,
+    timed_windows,
+)
 from ckptbench.runner.config import RunConfig
 from ckptbench.runner.launch import JobError, SpawnLauncher
 from ckptbench.runner.manifest import (
@@ -247,14 +252,17 @@ class _Run:
         separate = isinstance(job, SaveJob) and job.python is not None
         if separate:
             job = dataclasses.replace(job, verify=False)
-        sampler = ResourceSampler()  # the runner's tree: rank processes and the local endpoint
+        # The runner's tree: rank processes and the local endpoint, its CPU split between them
+        # inside the timed windows (0.1 s samples: a round lasts seconds).
+        sampler = ResourceSampler(interval_s=0.1, endpoint_pids=self.storage.endpoint_pids)
         sampler.start()
         try:
             gathered = self._timed_run(job, job.label + f", round {job.first_round + 1}")
         except JobError as err:
             error = str(err)
         finally:
-            usage = sampler.stop()
+            sampler.stop()
+            usage = sampler.timed_usage(timed_windows(gathered))
         if separate and gathered is not None and not _any_failed(gathered):
             check = VerifySaveJob(job.case, job.storage, job.writer, job.device, job.first_round)
             try:
@@ -386,9 +394,12 @@ class _Run:
         """All readers' results for one case, then all writers' (when the save phase runs on
         it); a setup failure fails every reader's row."""
         info = CaseInfo.from_case(case, self.config.model_scale)
-        spec = self.storage.for_case(case.base_name)  # the same objects whatever the bucket type
+        # The same objects whatever the bucket type; a resharded load reads (and, if missing,
+        # saves once) the checkpoint of its saving layout.
+        saved = case.saved_case
+        spec = self.storage.for_case(saved.base_name)
         try:
-            manifest = self.ensure_checkpoint(case, spec)
+            manifest = self.ensure_checkpoint(saved, spec)
         except Exception as err:  # any setup failure is this case's, never the run's
             message = f"setup failed: {err}"
             self.say(f"{case.name}: {message}")
