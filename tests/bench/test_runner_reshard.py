@@ -79,14 +79,20 @@ def test_each_reshard_pair_loads_every_tensor_verified(run):
 def test_the_saving_layout_is_saved_once_and_shared(run):
     _, text, _ = run
     # fsdp ws2 is saved for the first case and reused by the third.
-    assert text.count("reusing the checkpoint at gs://runner-reshard/bench/"
-                      "load-olmoe_1b_7b_0924-fsdp-ws2/checkpoint") == 1
+    assert (
+        text.count(
+            "reusing the checkpoint at gs://runner-reshard/bench/"
+            "load-olmoe_1b_7b_0924-fsdp-ws2/checkpoint"
+        )
+        == 1
+    )
 
 
 def test_rows_name_the_saving_layout(run):
     _, _, rows = run
-    assert [(r["benchmark_case_id"], r["config_sweep_axis"], r["checkpoint_saved_layout"])
-            for r in rows] == [
+    assert [
+        (r["benchmark_case_id"], r["config_sweep_axis"], r["checkpoint_saved_layout"]) for r in rows
+    ] == [
         (NAMES[0], "reshard", "fsdp-ws2"),
         (NAMES[1], "reshard", "ep-dp2ep2-ws2"),
         (NAMES[2], "reshard", "fsdp-ws2"),

@@ -157,9 +157,7 @@ class Case:
         same-layout case and every resharded load from it share one saved checkpoint)."""
         if self.saved_from is None:
             return self
-        return dataclasses.replace(
-            self, saved_from=None, **dataclasses.asdict(self.saved_from)
-        )
+        return dataclasses.replace(self, saved_from=None, **dataclasses.asdict(self.saved_from))
 
     @property
     def base_name(self) -> str:

@@ -4,8 +4,8 @@ The load tables report it beside the readers' figures, as the save tables report
 ceiling: one object of seeded random bytes, read whole each round as fixed-size ranged GETs by
 `concurrency` threads with a keep-alive http.client connection each (`ceiling.pool`, as the
 range-read benchmark's raw ceiling), bodies read straight into preallocated buffers; every
-round's bytes are compared with the source. Defaults: 16 x 8 MiB over 256 MiB, the shape the range-read benchmark
-times as its ceiling.
+round's bytes are compared with the source. Defaults: 16 x 8 MiB GETs over 256 MiB, the shape
+issue 21 quotes as what the endpoint serves.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from ckptbench.publish.plot import write_throughput_plot
 from ckptbench.publish.row_files import ResultFiles, write_results
 from ckptbench.publish.schema import load_columns, validate_rows
 from ckptbench.publish.table import print_report
-from ckptbench.record.metrics import add_baseline_ratios
+from ckptbench.record.metrics import add_baseline_ratios, add_ceiling_columns
 
 PLOT_NAME = "throughput.png"
 
@@ -47,8 +47,10 @@ def publish_report(
 ) -> PublishedReport:
     """Adds baseline ratios, validates once, then writes files, prints tables, plots, inserts.
 
-    ``ceilings`` (case id -> the endpoint's raw ceiling, bytes/s, e.g. the upload ceiling for
-    ``save-...`` cases) adds a ceiling column and the candidate's fraction of it to the summary.
+    ``ceilings`` (case id -> the endpoint's raw ceiling, bytes/s: the upload ceiling for
+    ``save-...`` cases, the download ceiling for load cases) adds a ceiling column and the
+    candidate's fraction of it to the summary, each arm's fraction to the load and save tables
+    and the ceiling columns of the rows.
 
     Rows are validated before anything is written, so a bad row leaves no partial output.
 
@@ -58,7 +60,9 @@ def publish_report(
     """
     if not rows:
         raise ValueError("no result rows to publish (no case ran)")
-    ratio_rows = add_baseline_ratios(rows, baseline=baseline, candidate=candidate)
+    ratio_rows = add_ceiling_columns(
+        add_baseline_ratios(rows, baseline=baseline, candidate=candidate), ceilings
+    )
     columns = load_columns()
     validate_rows(ratio_rows, columns)
     files = write_results(ratio_rows, output_dir, columns)

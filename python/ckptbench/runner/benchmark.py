@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from rich.console import Console
 
 from ckptbench.cases.catalogue import Case
+from ckptbench.ceiling.download import measure_download_ceiling
 from ckptbench.ceiling.upload import measure_upload_ceiling
 from ckptbench.publish.report import PublishedReport, publish_report
 from ckptbench.record.case_result import CaseInfo, CaseResult, RunContext
@@ -452,6 +453,26 @@ def _upload_ceiling(run: _Run, config: RunConfig, storage: BenchStorage) -> floa
     return ceiling.median_bytes_per_s
 
 
+def _download_ceiling(run: _Run, config: RunConfig, storage: BenchStorage) -> float | None:
+    """The endpoint's raw download ceiling in bytes/s (median of the rounds: 16 parallel 8 MiB
+    ranged GETs of one 256 MiB object, ``ceiling.download``), measured now and printed; None
+    when not asked for or on real GCS. Its object is deleted afterwards."""
+    if config.download_ceiling_rounds == 0 or storage.endpoint is None:
+        return None
+    prefix = "/".join(p for p in (storage.prefix, "download-ceiling") if p)
+    ceiling = measure_download_ceiling(
+        storage.endpoint, storage.bucket, rounds=config.download_ceiling_rounds, prefix=prefix
+    )
+    delete_prefix(storage.client, storage.bucket, prefix)
+    rates = ", ".join(f"{ceiling.object_bytes / t / 1e6:.0f}" for t in ceiling.seconds)
+    run.say(
+        f"Download ceiling of the endpoint: {ceiling.median_bytes_per_s / 1e6:.1f} MB/s median "
+        f"({rates} MB/s per round; {ceiling.concurrency} x {ceiling.range_bytes >> 20} MiB "
+        f"ranged GETs of {ceiling.object_bytes >> 20} MiB, {ceiling.method})"
+    )
+    return ceiling.median_bytes_per_s
+
+
 def run_benchmark(
     config: RunConfig,
     *,
@@ -472,7 +493,8 @@ def run_benchmark(
     When a save phase ran on an emulator endpoint and ``config.upload_ceiling_rounds`` > 0, the
     endpoint's raw upload ceiling is measured after the cases, endpoint still up, and becomes the
     ceiling of every ``save-...`` case in the summary table (ceiling column and gcsckpt's
-    fraction of it).
+    fraction of it). Likewise, when loads ran and ``config.download_ceiling_rounds`` > 0, the
+    raw download ceiling becomes every load case's (the load table gives each arm's fraction).
 
     Returns:
       RunOutcome (failed cases are in it; they do not raise).
@@ -513,6 +535,11 @@ def run_benchmark(
             ceiling = _upload_ceiling(run, config, storage)
             if ceiling is not None:
                 ceilings = dict.fromkeys(save_cases, ceiling)
+        load_cases = [r.case.name for r in results if r.scenario == "checkpoint_read"]
+        if load_cases and launcher.is_leader:
+            ceiling = _download_ceiling(run, config, storage)
+            if ceiling is not None:
+                ceilings = {**(ceilings or {}), **dict.fromkeys(load_cases, ceiling)}
     phases = run.phase_seconds
     context = RunContext(
         run_id=run_id,
