@@ -189,3 +189,19 @@ def test_timed_usage_marks_the_endpoint_subtree_and_merges():
     both = merge_usage([usage, dataclasses.replace(usage, client_cpu_seconds=1.0)])
     assert both.client_cpu_seconds == pytest.approx(usage.client_cpu_seconds + 1.0)
     assert merge_usage([usage, plain.usage]).client_cpu_seconds is None
+
+
+def test_a_root_that_only_launches_is_not_the_client():
+    def burn_in_root(root_is_client: bool) -> float:
+        sampler = ResourceSampler(interval_s=0.05, root_is_client=root_is_client)
+        sampler.start()
+        start = time.time()
+        end_cpu = time.process_time() + 0.3
+        while time.process_time() < end_cpu:
+            pass
+        end = time.time()
+        sampler.stop()
+        return sampler.timed_usage([(start, end)]).client_cpu_seconds
+
+    assert burn_in_root(False) <= 0.05  # only its (idle) children, if any, count
+    assert burn_in_root(True) >= 0.2

@@ -247,6 +247,8 @@ class ResourceSampler:
       interval_s: seconds between samples (> 0).
       endpoint_pids: the endpoint's processes (their subtrees are sampled as the endpoint's);
         empty: the endpoint's CPU is not known (``timed_usage`` leaves it None).
+      root_is_client: count the root's own CPU as the client's in ``timed_usage``; False when
+        the root only launches and samples (the client's work runs in its children).
     """
 
     def __init__(
@@ -254,11 +256,13 @@ class ResourceSampler:
         root_pid: int | None = None,
         interval_s: float = 0.25,
         endpoint_pids: Sequence[int] = (),
+        root_is_client: bool = True,
     ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self._root_pid = os.getpid() if root_pid is None else root_pid
         self._endpoint_pids = tuple(endpoint_pids)
+        self._root_is_client = root_is_client
         self._unix_minus_monotonic = 0.0
         self._interval_s = interval_s
         self._samples: list[TreeSample] = []
@@ -317,7 +321,8 @@ class ResourceSampler:
     def timed_usage(self, windows: Sequence[tuple[float, float]]) -> ResourceUsage:
         """``usage`` with the CPU inside ``windows`` ((start, end) ``time.time()`` seconds, e.g.
         each timed round's first rank start to last rank end) split into client and endpoint
-        seconds (:func:`window_cpu_seconds`); the endpoint's None without endpoint pids.
+        seconds (:func:`window_cpu_seconds`; the root left out unless ``root_is_client``); the
+        endpoint's None without endpoint pids.
 
         Raises:
           RuntimeError: called before ``stop()``.
@@ -325,8 +330,17 @@ class ResourceSampler:
         if self.usage is None:
             raise RuntimeError("ResourceSampler.timed_usage needs stop() first")
         offset = self._unix_minus_monotonic
+        samples = self._samples
+        if not self._root_is_client:
+            samples = [
+                dataclasses.replace(
+                    s,
+                    cpu_seconds={k: v for k, v in s.cpu_seconds.items() if k[0] != self._root_pid},
+                )
+                for s in samples
+            ]
         client_s, endpoint_s = window_cpu_seconds(
-            self._samples, [(start - offset, end - offset) for start, end in windows]
+            samples, [(start - offset, end - offset) for start, end in windows]
         )
         return dataclasses.replace(
             self.usage,

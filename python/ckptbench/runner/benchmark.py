@@ -254,8 +254,13 @@ class _Run:
         if separate:
             job = dataclasses.replace(job, verify=False)
         # The runner's tree: rank processes and the local endpoint, its CPU split between them
-        # inside the timed windows (0.1 s samples: a round lasts seconds).
-        sampler = ResourceSampler(interval_s=0.1, endpoint_pids=self.storage.endpoint_pids)
+        # inside the timed windows (0.1 s samples: a round lasts seconds); the runner's own
+        # sampling is not the client's work unless the runner is a rank (torchrun).
+        sampler = ResourceSampler(
+            interval_s=0.1,
+            endpoint_pids=self.storage.endpoint_pids,
+            root_is_client=not getattr(self.launcher, "ranks_are_children", False),
+        )
         sampler.start()
         try:
             gathered = self._timed_run(job, job.label + f", round {job.first_round + 1}")
