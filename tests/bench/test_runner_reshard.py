@@ -61,7 +61,7 @@ def run(tmp_path_factory):
             output_dir,
             readers=("gcsckpt",),
             world_size_override=None,
-            download_ceiling_rounds=0,
+            download_ceiling_rounds=1,
         )
         outcome = run_benchmark(config, out=out, live_progress=False, cases=CASES)
         yield outcome, out.getvalue(), json.loads((output_dir / "results.json").read_text())
@@ -100,3 +100,16 @@ def test_rows_name_the_saving_layout(run):
     ]
     assert [r["world_size"] for r in rows] == [2, 2, 1, 2]
     assert all(r["checksums_verified"] and r["status"] == "ok" for r in rows)
+
+
+def test_the_download_ceiling_and_the_costs_of_each_load(run):
+    _, text, rows = run
+    (line,) = [t for t in text.splitlines() if t.startswith("Download ceiling of the endpoint: ")]
+    assert "16 x 8 MiB ranged GETs of 256 MiB" in line
+    assert "## Loads: time, download ceiling, CPU per GB, storage bytes" in text
+    for row in rows:
+        assert row["endpoint_ceiling_bytes_per_second"] > 0
+        assert row["checkpoint_read_throughput_ratio_to_ceiling"] > 0
+        assert row["client_cpu_seconds_per_gb"] > 0  # the ranks' CPU in the timed load
+        assert row["endpoint_cpu_seconds_per_gb"] >= 0  # nginx and our server, sampled apart
+        assert row["storage_bytes_per_checkpoint_byte"] > 0  # gcsckpt counts what it fetched
