@@ -1,6 +1,7 @@
 """resources: exact summaries of synthetic samples, and a live sampler over a real process tree."""
 
 import dataclasses
+import os
 import socket
 import subprocess
 import sys
@@ -15,9 +16,11 @@ from ckptbench.record.resources import (
     ResourceSampler,
     TreeSample,
     merge_usage,
+    sample_tree,
     summarize,
     window_cpu_seconds,
 )
+from ckptbench.runner.storage import BenchStorage
 
 A, B, C = (101, 1.0), (102, 1.0), (103, 2.0)
 
@@ -205,3 +208,14 @@ def test_a_root_that_only_launches_is_not_the_client():
 
     assert burn_in_root(False) <= 0.05  # only its (idle) children, if any, count
     assert burn_in_root(True) >= 0.2
+
+
+def test_the_embedded_endpoints_processes_are_sampled_as_the_endpoint(tmp_path):
+    with BenchStorage(local_dir=str(tmp_path)) as storage:
+        pids = storage.endpoint_pids
+        sample = sample_tree(os.getpid(), pids)
+    assert len(pids) == 2  # our server and nginx's master
+    marked = {pid for pid, _ in sample.endpoint}
+    assert set(pids) < marked  # nginx's workers too
+    assert marked < {pid for pid, _ in sample.cpu_seconds}  # this process is the client's
+    assert storage.endpoint_pids == []  # stopped

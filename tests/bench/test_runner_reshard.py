@@ -111,5 +111,6 @@ def test_the_download_ceiling_and_the_costs_of_each_load(run):
         assert row["endpoint_ceiling_bytes_per_second"] > 0
         assert row["checkpoint_read_throughput_ratio_to_ceiling"] > 0
         assert row["client_cpu_seconds_per_gb"] > 0  # the ranks' CPU in the timed load
-        assert row["endpoint_cpu_seconds_per_gb"] >= 0  # nginx and our server, sampled apart
+        # A caller-run emulator (as here) is not ours to sample; the embedded one is.
+        assert row["endpoint_cpu_seconds_per_gb"] is None
         assert row["storage_bytes_per_checkpoint_byte"] > 0  # gcsckpt counts what it fetched
