@@ -5,11 +5,11 @@
 the fsdp case with the stock FsspecReader (1 round); then saves the ep case once with gcsckpt,
 each peer writer (msc, dataflux) and the ``localfs`` reference, every save verified, trains the
 small OLMoE under ep with every training arm but stock (//bench:train_ckpt's loop, one round,
-``--train_layouts=`` turns it off) and measures the endpoint's upload ceiling. The tables give
-gcsckpt's ratios to stock, the best peer and (saves) the upload ceiling and localfs, and the run
-ends with every job's wall time. The sizes keep the job to about 10 minutes on 2 cores (the
-stock reader's cost per round and each job's start-up: docs/measurements.md, "Stock path" and
-"Where a main-job run spends its time").
+``--train_layouts=`` turns it off) and measures the endpoint's upload and download ceilings. The
+tables give gcsckpt's ratios to stock, the best peer, the ceilings and (saves) localfs, every
+arm's client and endpoint CPU per GB (loads also storage bytes per checkpoint byte), and the run
+ends with every job's wall time (docs/measurements.md, "Stock path" and "Where a main-job run
+spends its time").
 Flags: ``-- --baseline_cases='*'`` / ``--save_cases='*'`` add the other case,
 ``--baseline_rounds=N``, ``--peer_rounds=N``, ``--reference_rounds=N`` (localfs) more rounds;
 every flag of //bench:checkpoint_load passes through (e.g. ``--bucket=gs://b/p``,

@@ -69,3 +69,16 @@ def test_selection_names_cases_for_the_bucket_type_and_takes_any_name_form():
     assert [c.name for c in old] == ["load-llama_3_1_8b-fsdp-tp-dp2tp4-ws8-hns"]
     with pytest.raises(CaseError, match="bucket type 'nearline' is unknown"):
         select_run_cases(None, bucket_type="nearline")
+
+
+def test_a_resized_reshard_case_keeps_its_saving_layout():
+    chosen = select_run_cases(
+        None, patterns=["*-from-*"], axes=["reshard"], world_size_override=2, bucket_type="local"
+    )
+    assert [c.name for c in chosen] == [
+        "load-olmoe_1b_7b_0924-ep-dp2ep2-ws2-from-fsdp-ws8-local",
+        "load-olmoe_1b_7b_0924-fsdp-ws2-from-ep-dp8ep8-ws8-local",
+        "load-olmoe_1b_7b_0924-fsdp-ws2-from-fsdp-ws8-local",
+        "load-olmoe_1b_7b_0924-fsdp-ws2-from-tp-tp8-ws8-local",
+    ]
+    assert {c.saved_case.world_size for c in chosen} == {8}

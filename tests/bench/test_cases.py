@@ -33,10 +33,14 @@ NAMES = [
     "load-llama_3_1_8b-pp-hsdp-tp-pp2dpr2dp2tp2-ws16",
     "load-olmoe_1b_7b_0924-fsdp-ws8",
     "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8",
+    "load-olmoe_1b_7b_0924-ep-dp8ep8-ws8-from-fsdp-ws8",
+    "load-olmoe_1b_7b_0924-fsdp-ws8-from-ep-dp8ep8-ws8",
+    "load-olmoe_1b_7b_0924-fsdp-ws4-from-fsdp-ws8",
+    "load-olmoe_1b_7b_0924-fsdp-ws8-from-tp-tp8-ws8",
 ]
 
 
-def test_shipped_catalogue_has_the_twelve_cases():
+def test_shipped_catalogue_has_the_twelve_cases_and_four_resharded_loads():
     catalogue = load_catalogue()
     assert [c.name for c in catalogue.cases] == NAMES
     assert catalogue.baseline.name == "load-llama_3_1_8b-fsdp-ws8"
@@ -138,7 +142,8 @@ def test_axis_selection_always_keeps_the_baseline():
     assert [c.name for c in catalogue.select(["baseline"])] == [NAMES[0]]
     assert [c.name for c in catalogue.select([])] == [NAMES[0]]
     assert len(catalogue.select(["model", "strategy"])) == 12
-    assert len(catalogue.select(None)) == 12
+    assert len(catalogue.select(None)) == 16
+    assert [c.name for c in catalogue.select(["reshard"])] == [NAMES[0], *NAMES[12:]]
     assert NAMES[0] in [c.name for c in select_cases(catalogue.cases, ["strategy"])]
     with pytest.raises(CaseError, match=r"unknown sweep axes \['size'\]"):
         catalogue.select(["strategy", "size"])
@@ -212,3 +217,51 @@ def test_parallel_dims_carry_the_case_sizes():
         2,
         (2,) * 4,
     )
+
+
+def test_resharded_loads_name_and_share_the_saving_layout():
+    catalogue = load_catalogue()
+    ep = catalogue.get("load-olmoe_1b_7b_0924-ep-dp8ep8-ws8-from-fsdp-ws8")
+    assert ep.axis == "reshard" and ep.saved_layout == "fsdp-ws8"
+    assert ep.saved_case.base_name == "load-olmoe_1b_7b_0924-fsdp-ws8"
+    assert ep.saved_case.saved_from is None and ep.saved_case.model == ep.model
+    assert (ep.saved_case.strategy, ep.saved_case.expert_parallel_size) == ("fsdp", 1)
+    tp = catalogue.get("load-olmoe_1b_7b_0924-fsdp-ws8-from-tp-tp8-ws8")
+    assert tp.saved_case.base_name == "load-olmoe_1b_7b_0924-tp-tp8-ws8"
+    small = catalogue.get("load-olmoe_1b_7b_0924-fsdp-ws4-from-fsdp-ws8")
+    assert (small.world_size, small.saved_case.world_size) == (4, 8)
+    scaled = load_catalogue(model_scale="scaled").get(ep.name)
+    assert scaled.saved_case.model == "olmoe_1b_7b_0924:scaled"
+    plain = catalogue.get("load-olmoe_1b_7b_0924-fsdp-ws8")
+    assert plain.saved_case is plain and plain.saved_layout is None
+
+
+def _reshard_entry(**changes):
+    entry = {
+        "axis": "reshard",
+        "model": "olmoe_1b_7b_0924",
+        "strategy": "fsdp",
+        "world_size": 4,
+        "data_parallel_size": 4,
+        "saved_from": {"strategy": "fsdp", "world_size": 8, "data_parallel_size": 8},
+    }
+    entry.update(changes)
+    base = {"axis": "baseline", "model": "llama_3_1_8b", "strategy": "tp", "world_size": 1}
+    return {"cases": [base, entry]}
+
+
+def test_reshard_entries_are_checked():
+    parsed = parse_catalogue(_reshard_entry())
+    assert parsed.cases[1].name == "load-olmoe_1b_7b_0924-fsdp-ws4-from-fsdp-ws8"
+    same = {"strategy": "fsdp", "world_size": 4, "data_parallel_size": 4}
+    with pytest.raises(CaseError, match="saved_from is the case's own layout"):
+        parse_catalogue(_reshard_entry(saved_from=same))
+    with pytest.raises(CaseError, match="saved_from is set exactly on the reshard axis"):
+        parse_catalogue(_reshard_entry(axis="strategy"))
+    with pytest.raises(CaseError, match="saved_from is set exactly on the reshard axis"):
+        parse_catalogue(_reshard_entry(saved_from=None))
+    bad = {"strategy": "ep", "world_size": 8, "data_parallel_size": 8}
+    with pytest.raises(CaseError, match="saved_from: .*expert_parallel_size"):
+        parse_catalogue(_reshard_entry(saved_from=bad))
+    with pytest.raises(CaseError, match="name .* does not match"):
+        parse_catalogue(_reshard_entry(name="load-olmoe_1b_7b_0924-fsdp-ws4"))

@@ -183,7 +183,8 @@ def test_publish_report_writes_everything(tmp_path):
 
 SAVE_HEADER = (
     "| case | writer | status | whole dcp.save s | whole dcp.save MB/s | whole / ceiling "
-    "| data phase s | data phase MB/s | data phase / ceiling | outside data phase s "
+    "| client CPU s/GB | endpoint CPU s/GB | data phase s | data phase MB/s "
+    "| data phase / ceiling | outside data phase s "
     "| gcsckpt / this writer | peak RSS MiB (max rank) | bound MiB (that rank) "
     "| every rank within bound | peak - start MiB (max rank) |"
 )
@@ -196,21 +197,21 @@ def test_save_table_splits_whole_save_and_data_phase_and_gives_memory():
     # gcsckpt: 2 s save (500 MB/s, 0.25 of the ceiling), data phase 1 s (1000 MB/s, 0.50);
     # peak 300 MiB, bound of rank 0 = 1.1 x 100 MiB + 256 MiB = 366 MiB.
     assert lines[2] == (
-        f"| {SAVE_CASE} | gcsckpt | ok | 2.00 | 500.0 | 0.25 | 1.00 | 1000.0 | 0.50 | 1.00 "
-        "| 1.00x | 300 | 366 | yes | 100 |"
+        f"| {SAVE_CASE} | gcsckpt | ok | 2.00 | 500.0 | 0.25 | n/a | n/a | 1.00 | 1000.0 | 0.50 "
+        "| 1.00 | 1.00x | 300 | 366 | yes | 100 |"
     )
     assert lines[3] == (
-        f"| {SAVE_CASE} | msc | ok | 4.00 | 250.0 | 0.12 | 3.00 | 333.3 | 0.17 | 1.00 "
-        "| 2.00x | 300 | 366 | yes | 100 |"
+        f"| {SAVE_CASE} | msc | ok | 4.00 | 250.0 | 0.12 | n/a | n/a | 3.00 | 333.3 | 0.17 "
+        "| 1.00 | 2.00x | 300 | 366 | yes | 100 |"
     )
     # The reference: gcsckpt reaches half its whole-save throughput; rank 1 is over its bound.
     assert lines[4] == (
-        f"| {SAVE_CASE} | localfs | ok | 1.00 | 1000.0 | 0.50 | 0.25 | 4000.0 | 2.00 | 0.75 "
-        "| 0.50x | 600 | 377 | no | 400 |"
+        f"| {SAVE_CASE} | localfs | ok | 1.00 | 1000.0 | 0.50 | n/a | n/a | 0.25 | 4000.0 | 2.00 "
+        "| 0.75 | 0.50x | 600 | 377 | no | 400 |"
     )
     assert len(lines) == 5
     no_ceiling = save_table(rows).splitlines()[2]
-    assert "| 500.0 | n/a | 1.00 | 1000.0 | n/a |" in no_ceiling
+    assert "| 500.0 | n/a | n/a | n/a | 1.00 | 1000.0 | n/a |" in no_ceiling
     assert save_table(two_reader_rows()) == ""  # loads only: no save table
 
 

@@ -1,5 +1,7 @@
 """resources: exact summaries of synthetic samples, and a live sampler over a real process tree."""
 
+import dataclasses
+import os
 import socket
 import subprocess
 import sys
@@ -13,8 +15,12 @@ from ckptbench.record.resources import (
     ProcessRSSSampler,
     ResourceSampler,
     TreeSample,
+    merge_usage,
+    sample_tree,
     summarize,
+    window_cpu_seconds,
 )
+from ckptbench.runner.storage import BenchStorage
 
 A, B, C = (101, 1.0), (102, 1.0), (103, 2.0)
 
@@ -136,3 +142,80 @@ def test_process_rss_sampler_checks_its_use():
         sampler.start()
     quick = sampler.stop()
     assert quick.sample_count >= 2 and quick.peak_bytes >= quick.start_bytes > 0
+
+
+E = (201, 1.0)  # an endpoint process
+
+
+def test_window_cpu_splits_client_and_endpoint_inside_the_windows():
+    samples = [
+        TreeSample(0.0, {A: 0.0, E: 0.0}, {}, frozenset({E})),
+        TreeSample(1.0, {A: 1.0, E: 0.5}, {}, frozenset({E})),
+        # C appears: taken to have started, at 0 CPU, at the sample before (t = 1).
+        TreeSample(2.0, {A: 3.0, E: 1.0, C: 0.5}, {}, frozenset({E})),
+        TreeSample(4.0, {A: 3.0, C: 1.5}, {}, frozenset()),  # E gone: no more CPU
+    ]
+    # [0.5, 1.5]: A 0.5 + 1.0 = 1.5 s, C 0.25 s; E 0.25 + 0.25 = 0.5 s.
+    assert window_cpu_seconds(samples, [(0.5, 1.5)]) == pytest.approx((1.75, 0.5))
+    # Two windows add; the second one after every sample of E counts none of it.
+    assert window_cpu_seconds(samples, [(0.5, 1.5), (3.0, 4.0)]) == pytest.approx((2.25, 0.5))
+    assert window_cpu_seconds(samples, []) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="ends .* before it starts"):
+        window_cpu_seconds(samples, [(2.0, 1.0)])
+
+
+def test_timed_usage_marks_the_endpoint_subtree_and_merges():
+    # The "endpoint" burns 0.6 CPU seconds, says so, then idles until killed.
+    busy = (
+        "import time\nend = time.process_time() + 0.6\nwhile time.process_time() < end: pass\n"
+        "print('done', flush=True)\ntime.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", busy], stdout=subprocess.PIPE, text=True)
+    try:
+        sampler = ResourceSampler(interval_s=0.05, endpoint_pids=[child.pid])
+        sampler.start()
+        start = time.time()
+        assert child.stdout.readline() == "done\n"
+        end = time.time()
+        sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    usage = sampler.timed_usage([(start, end)])
+    # 0.6 s, plus at most the interpreter's start-up after the first sample.
+    assert 0.5 <= usage.endpoint_cpu_seconds <= 0.9
+    assert usage.client_cpu_seconds is not None
+    plain = ResourceSampler(interval_s=0.05)
+    plain.start()
+    plain.stop()
+    assert plain.timed_usage([]).endpoint_cpu_seconds is None
+    both = merge_usage([usage, dataclasses.replace(usage, client_cpu_seconds=1.0)])
+    assert both.client_cpu_seconds == pytest.approx(usage.client_cpu_seconds + 1.0)
+    assert merge_usage([usage, plain.usage]).client_cpu_seconds is None
+
+
+def test_a_root_that_only_launches_is_not_the_client():
+    def burn_in_root(root_is_client: bool) -> float:
+        sampler = ResourceSampler(interval_s=0.05, root_is_client=root_is_client)
+        sampler.start()
+        start = time.time()
+        end_cpu = time.process_time() + 0.3
+        while time.process_time() < end_cpu:
+            pass
+        end = time.time()
+        sampler.stop()
+        return sampler.timed_usage([(start, end)]).client_cpu_seconds
+
+    assert burn_in_root(False) <= 0.05  # only its (idle) children, if any, count
+    assert burn_in_root(True) >= 0.2
+
+
+def test_the_embedded_endpoints_processes_are_sampled_as_the_endpoint(tmp_path):
+    with BenchStorage(local_dir=str(tmp_path)) as storage:
+        pids = storage.endpoint_pids
+        sample = sample_tree(os.getpid(), pids)
+    assert len(pids) == 2  # our server and nginx's master
+    marked = {pid for pid, _ in sample.endpoint}
+    assert set(pids) < marked  # nginx's workers too
+    assert marked < {pid for pid, _ in sample.cpu_seconds}  # this process is the client's
+    assert storage.endpoint_pids == []  # stopped

@@ -151,12 +151,16 @@ def test_the_save_table_labels_whole_save_and_data_phase(saves_run):
     _, text, _ = saves_run
     assert "## Saves: whole dcp.save vs data phase, memory per rank" in text
     header = next(t for t in text.splitlines() if t.startswith("| case | writer | status |"))
-    assert "| whole dcp.save MB/s | whole / ceiling | data phase s | data phase MB/s |" in header
+    assert (
+        "| whole dcp.save MB/s | whole / ceiling | client CPU s/GB | endpoint CPU s/GB "
+        "| data phase s | data phase MB/s |"
+    ) in header
     assert header.endswith("| every rank within bound | peak - start MiB (max rank) |")
     local = next(t for t in text.splitlines() if t.startswith(f"| {SAVE} | localfs | ok |"))
     cells = [c.strip() for c in local.strip("|").split(" | ")]
-    assert cells[10].endswith("x")  # gcsckpt / this writer
-    assert cells[13] in ("yes", "no")
+    assert cells[12].endswith("x")  # gcsckpt / this writer
+    assert cells[15] in ("yes", "no")
+    assert float(cells[6]) > 0  # the ranks' CPU per GB written
     # The summary names no best peer: localfs is a reference.
     summary = next(t for t in text.splitlines() if t.startswith("| case | gcsckpt MB/s |"))
     assert "best peer" not in summary and "localfs MB/s" in summary

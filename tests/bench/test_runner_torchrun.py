@@ -50,4 +50,5 @@ def test_torchrun_runs_the_case_on_its_ranks(tmp_path):
     ]
     assert rows[0]["checksums_verified"] is True
     assert rows[0]["storage_endpoint"] == "emulator"
-    assert done.stdout.count("| load-olmoe_1b_7b_0924-ep-dp2ep2-ws2-reg |") == 2  # rank 0 only
+    # Rank 0 only: the summary, load and detail tables once each.
+    assert done.stdout.count("| load-olmoe_1b_7b_0924-ep-dp2ep2-ws2-reg |") == 3

@@ -11,7 +11,9 @@ name without it (``Case.base_name``). Names before this scheme (strategy with ``
 type: ``Case.legacy_name``) are still accepted by ``--cases``, with a deprecation warning.
 
 The catalogue holds one baseline and one-factor variants tagged with a sweep axis (``strategy``,
-``model``). This module imports no torch.
+``model``), and resharded loads (axis ``reshard``): a case with ``saved_from`` loads the
+checkpoint saved under that other layout (same model), named ``<name>-from-<saved layout>``,
+e.g. ``load-olmoe_1b_7b_0924-ep-dp8ep8-ws8-from-fsdp-ws8``. This module imports no torch.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from gcsckpt.models.configs import (
 from gcsckpt.parallel.dims import SIZE_NAMES, ParallelDims
 from gcsckpt.parallel.strategies import LayoutError
 
-AXES = ("baseline", "strategy", "model")
+AXES = ("baseline", "strategy", "model", "reshard")
 DEFAULT_MAX_WORLD_SIZE = 16
 CATALOGUE_PATH = Path(__file__).parent / "catalogue.yaml"
 
@@ -58,6 +60,23 @@ class CaseError(ValueError):
 
 
 @dataclass(frozen=True)
+class SavedLayout:
+    """The layout a resharded case's checkpoint was saved under (the case's model, other sizes).
+
+    Attributes:
+      strategy, world_size and the mesh sizes: as in :class:`Case` (the YAML's ``saved_from``).
+    """
+
+    strategy: str
+    world_size: int
+    data_parallel_size: int = 1
+    data_parallel_replicate_size: int = 1
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    expert_parallel_size: int = 1
+
+
+@dataclass(frozen=True)
 class Case:
     """One load case.
 
@@ -69,9 +88,11 @@ class Case:
       data_parallel_size, data_parallel_replicate_size, tensor_parallel_size,
         pipeline_parallel_size, expert_parallel_size: the mesh sizes as the YAML spells them
         (``parallel.dims.SIZE_NAMES``); checked and typed by :attr:`parallel_dims`.
-      rounds: timed load rounds. axis: sweep axis (``baseline``, ``strategy``, ``model``).
+      rounds: timed load rounds. axis: sweep axis (``AXES``).
       bucket_kind: the bucket type the case runs on (``BUCKET_TYPES``; the runner sets the run's),
         the name's last part; ``""``: none yet (catalogue entries).
+      saved_from: for a resharded load (axis ``reshard``), the layout the checkpoint was saved
+        under; None: saved under the case's own layout.
     """
 
     model: str
@@ -85,6 +106,7 @@ class Case:
     rounds: int = 3
     axis: str = "baseline"
     bucket_kind: str = ""
+    saved_from: SavedLayout | None = None
 
     @property
     def model_slug(self) -> str:
@@ -115,11 +137,32 @@ class Case:
             if sizes:
                 parts.append(sizes)
         parts.append(f"ws{self.world_size}")
+        if self.saved_from is not None:
+            parts += ["from", self.saved_layout]
         return parts
 
     @property
+    def saved_layout(self) -> str | None:
+        """For a resharded load, the saving layout as the name spells it after ``-from-``
+        (``fsdp-ws8``, ``ep-dp8ep8-ws8``); None when saved under the case's own layout."""
+        if self.saved_from is None:
+            return None
+        saved = self.saved_case
+        return "-".join(saved._name_parts(saved.strategy.replace("_", "-"))[2:])
+
+    @property
+    def saved_case(self) -> Case:
+        """The case whose checkpoint this one loads: itself, or for a resharded load the same
+        model under ``saved_from`` (its ``base_name`` names the objects, so the catalogue's
+        same-layout case and every resharded load from it share one saved checkpoint)."""
+        if self.saved_from is None:
+            return self
+        return dataclasses.replace(self, saved_from=None, **dataclasses.asdict(self.saved_from))
+
+    @property
     def base_name(self) -> str:
-        """The name without the bucket type (the catalogue's ``name``, the objects' prefix)."""
+        """The name without the bucket type (the catalogue's ``name``; a case's objects are
+        those of ``saved_case.base_name``)."""
         return "-".join(self._name_parts(self.strategy.replace("_", "-")))
 
     @property
@@ -147,7 +190,9 @@ def validate_case(case: Case, max_world_size: int = DEFAULT_MAX_WORLD_SIZE) -> C
       CaseError: unknown model spec or strategy; sizes that do not match the strategy (exactly
         its dims non-unit, product == world_size, expert_parallel_size == data_parallel_size
         for ``ep`` and 1 otherwise); ``ep`` on a dense shipped model; world_size above
-        ``max_world_size``; rounds < 1; unknown axis; bad bucket kind.
+        ``max_world_size``; rounds < 1; unknown axis; bad bucket kind; a ``saved_from``
+        that is invalid (as a case), equals the case's own layout, or sits on another axis
+        than ``reshard`` (and a ``reshard`` case without one).
     """
     label = _label(case)
     try:
@@ -170,6 +215,19 @@ def validate_case(case: Case, max_world_size: int = DEFAULT_MAX_WORLD_SIZE) -> C
         raise CaseError(f"case {label}: axis {case.axis!r} is unknown; known: {', '.join(AXES)}")
     if case.bucket_kind and not _BUCKET_KIND.match(case.bucket_kind):
         raise CaseError(f"case {label}: bucket_kind {case.bucket_kind!r} must match [a-z0-9_]+")
+    if (case.saved_from is not None) != (case.axis == "reshard"):
+        raise CaseError(
+            f"case {label}: saved_from is set exactly on the reshard axis (axis {case.axis!r}, "
+            f"saved_from {case.saved_from!r})"
+        )
+    if case.saved_from is not None:
+        saved = case.saved_case
+        try:
+            validate_case(dataclasses.replace(saved, axis="baseline"), max_world_size)
+        except CaseError as err:
+            raise CaseError(f"case {label}: saved_from: {err}") from err
+        if saved.parallel_dims == dataclasses.replace(case, saved_from=None).parallel_dims:
+            raise CaseError(f"case {label}: saved_from is the case's own layout")
     return case
 
 
@@ -276,6 +334,8 @@ def parse_catalogue(
             raise CaseError(f"{where}: unknown keys {unknown}; known: {sorted(_CASE_KEYS)}")
         stated = fields.pop("name", None)
         try:
+            if isinstance(fields.get("saved_from"), Mapping):
+                fields["saved_from"] = SavedLayout(**fields["saved_from"])
             case = Case(**fields)
         except TypeError as err:
             raise CaseError(f"{where}: {err}") from err

@@ -24,7 +24,8 @@ def override_world_size(case: Case, world_size: int) -> Case:
 
     At one rank, every size is 1 (the whole model on one device). Otherwise the ``dp_shard``
     size absorbs the change when the strategy has one (EP follows it), and a strategy with a
-    single other dim (``tp``, ``pp``) sets that dim to ``world_size``.
+    single other dim (``tp``, ``pp``) sets that dim to ``world_size``. A resharded load is
+    resized in its load layout only (its ``saved_from`` stays).
 
     Raises:
       CaseError: the other dims do not divide ``world_size``, the strategy has several dims and
@@ -50,7 +51,8 @@ def override_world_size(case: Case, world_size: int) -> Case:
     else:
         raise CaseError(f"case {case.name}: cannot resize strategy {case.strategy!r}")
     resized = dataclasses.replace(case, world_size=world_size, **changes)
-    return validate_case(resized, max_world_size=max(world_size, 1))
+    # A resharded load keeps its saving layout (the checkpoint it reads).
+    return validate_case(resized, max_world_size=max(world_size, resized.saved_case.world_size))
 
 
 def _matching(cases: Sequence[Case], pattern: str) -> list[Case]:

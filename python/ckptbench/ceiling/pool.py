@@ -17,6 +17,29 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+def ranged_get_into(conn: http.client.HTTPConnection, path: str, offset: int, dest) -> None:
+    """One ranged GET of ``len(dest)`` bytes from ``offset`` of the media ``path``, its body
+    read with ``readinto`` straight into ``dest`` (a writable memoryview).
+
+    Raises:
+      OSError: an answer other than 206, or a body shorter than the range (naming the range).
+    """
+    n = len(dest)
+    conn.request("GET", path, headers={"Range": f"bytes={offset}-{offset + n - 1}"})
+    resp = conn.getresponse()
+    if resp.status != 206:
+        raise OSError(f"raw GET {path} bytes={offset}-{offset + n - 1}: HTTP {resp.status}")
+    got = 0
+    while got < n:
+        k = resp.readinto(dest[got:])
+        if not k:
+            raise OSError(
+                f"raw GET {path} bytes={offset}-{offset + n - 1}: short body ({got} of {n})"
+            )
+        got += k
+    resp.read()
+
+
 class ConnectionPool:
     """`concurrency` threads per `run`, thread i always on keep-alive connection i.
 

@@ -11,7 +11,7 @@ from ckptbench.publish.plot import write_throughput_plot
 from ckptbench.publish.row_files import ResultFiles, write_results
 from ckptbench.publish.schema import load_columns, validate_rows
 from ckptbench.publish.table import print_report
-from ckptbench.record.metrics import add_baseline_ratios
+from ckptbench.record.metrics import add_baseline_ratios, add_ceiling_columns
 
 PLOT_NAME = "throughput.png"
 
@@ -48,8 +48,10 @@ def publish_report(
 ) -> PublishedReport:
     """Adds baseline ratios, validates once, then writes files, prints tables, plots, inserts.
 
-    ``ceilings`` (case id -> the endpoint's raw ceiling, bytes/s, e.g. the upload ceiling for
-    ``save-...`` cases) adds a ceiling column and the candidate's fraction of it to the summary.
+    ``ceilings`` (case id -> the endpoint's raw ceiling, bytes/s: the upload ceiling for
+    ``save-...`` cases, the download ceiling for load cases) adds a ceiling column and the
+    candidate's fraction of it to the summary, each arm's fraction to the load and save tables
+    and the ceiling columns of the rows.
 
     ``extra_rows`` (e.g. the training phase's, tabulated by their own module) are validated,
     written and inserted with the others but left out of these tables and the chart.
@@ -62,7 +64,9 @@ def publish_report(
     """
     if not rows:
         raise ValueError("no result rows to publish (no case ran)")
-    ratio_rows = add_baseline_ratios(rows, baseline=baseline, candidate=candidate)
+    ratio_rows = add_ceiling_columns(
+        add_baseline_ratios(rows, baseline=baseline, candidate=candidate), ceilings
+    )
     columns = load_columns()
     every_row = [*ratio_rows, *extra_rows]
     validate_rows(every_row, columns)

@@ -1,9 +1,11 @@
 """Markdown comparison of readers: a summary (throughput per reader and the candidate/baseline
-ratio per case, plus the candidate/best-peer ratio when peer arms ran), a save table when saves
-ran (where a save's time goes, whole ``dcp.save`` against its data phase, and each rank's memory)
-and a detail table (timings, requests, amplification, resources per row). Save rows (case ids
-``save-...``) sit in the summary and detail tables too, their throughput being bytes written per
-second of the whole ``dcp.save``. Reference arms (``localfs``) are shown, never counted as peers.
+ratio per case, plus the candidate/best-peer ratio when peer arms ran), a load table (each arm's
+fraction of the download ceiling, client and endpoint CPU per GB, storage bytes per checkpoint
+byte), a save table when saves ran (where a save's time goes, whole ``dcp.save`` against its
+data phase, CPU per GB, and each rank's memory) and a detail table (timings, requests,
+amplification, resources per row). Save rows (case ids ``save-...``) sit in the summary and
+detail tables too, their throughput being bytes written per second of the whole ``dcp.save``.
+Reference arms (``localfs``) are shown, never counted as peers.
 
 Throughput is shown in MB/s (10**6 bytes per second), the unit of the design notes.
 """
@@ -14,9 +16,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from ckptbench.record.case_result import SCENARIO_WRITE
+from ckptbench.record.case_result import SCENARIO_READ, SCENARIO_WRITE
 from ckptbench.record.metrics import (
+    CEILING_RATIO_COLUMN,
+    CLIENT_CPU_PER_GB_COLUMN,
     DATA_PHASE_THROUGHPUT_COLUMN,
+    ENDPOINT_CPU_PER_GB_COLUMN,
+    STORAGE_RATIO_COLUMN,
     THROUGHPUT_COLUMN,
     best_peer,
     is_peer,
@@ -154,7 +160,8 @@ def save_table(
     """One line per save row (``checkpoint_write``): where the save's time went and each rank's
     memory; "" when there are none.
 
-    Columns: the whole ``dcp.save`` (mean seconds, MB/s, fraction of the upload ceiling), its
+    Columns: the whole ``dcp.save`` (mean seconds, MB/s, fraction of the upload ceiling, client
+    and endpoint CPU seconds per GB written, ``metrics.cpu_per_gb_columns``), its
     data phase (the longest rank's ``write_data`` until its future's value was ready: seconds,
     "upload-phase" MB/s = bytes written / data phase, fraction of the ceiling), the rest of the
     save (DCP's own planning, pickling and collectives, the writer's planning and finish), the
@@ -181,6 +188,8 @@ def save_table(
         "whole dcp.save s",
         "whole dcp.save MB/s",
         "whole / ceiling",
+        "client CPU s/GB",
+        "endpoint CPU s/GB",
         "data phase s",
         "data phase MB/s",
         "data phase / ceiling",
@@ -213,6 +222,8 @@ def save_table(
                     _number(row.get("round_duration_mean_seconds"), ".2f"),
                     _number(whole, ".1f", _MB),
                     _fraction(whole, ceiling),
+                    _number(row.get(CLIENT_CPU_PER_GB_COLUMN), ".2f"),
+                    _number(row.get(ENDPOINT_CPU_PER_GB_COLUMN), ".2f"),
                     _number(row.get("save_data_phase_mean_seconds"), ".2f"),
                     _number(data, ".1f", _MB),
                     _fraction(data, ceiling),
@@ -226,6 +237,62 @@ def save_table(
             )
     return markdown_table(header, body)
 
+
+def load_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = "fsspec") -> str:
+    """One line per load row (``checkpoint_read``), arms in ``reader_order``: mean seconds,
+    MB/s, fraction of the endpoint's download ceiling, client and endpoint CPU seconds per GB
+    loaded, and storage bytes fetched over checkpoint bytes; "" when there are none.
+
+    Args:
+      rows: result rows with the ceiling columns filled in (``metrics.add_ceiling_columns``).
+      candidate, baseline: the arms put first.
+    """
+    loads = [r for r in rows if r.get("workload_scenario", SCENARIO_READ) == SCENARIO_READ]
+    if not loads:
+        return ""
+    header = [
+        "case",
+        "reader",
+        "status",
+        "mean s",
+        "MB/s",
+        "/ download ceiling",
+        "client CPU s/GB",
+        "endpoint CPU s/GB",
+        "storage bytes / checkpoint bytes",
+    ]
+    order = reader_order(loads, candidate, baseline)
+    body = []
+    for case in dict.fromkeys(r["benchmark_case_id"] for r in loads):
+        by_reader = {
+            r["workload_implementation"]: r for r in loads if r["benchmark_case_id"] == case
+        }
+        for reader in (r for r in order if r in by_reader):
+            row = by_reader[reader]
+            body.append(
+                [
+                    case,
+                    reader,
+                    row.get("status", _MISSING),
+                    _number(row.get("round_duration_mean_seconds"), ".2f"),
+                    _number(_throughput(row), ".1f", _MB),
+                    _number(row.get(CEILING_RATIO_COLUMN), ".2f"),
+                    _number(row.get(CLIENT_CPU_PER_GB_COLUMN), ".2f"),
+                    _number(row.get(ENDPOINT_CPU_PER_GB_COLUMN), ".2f"),
+                    _number(row.get(STORAGE_RATIO_COLUMN), ".2f"),
+                ]
+            )
+    return markdown_table(header, body)
+
+
+LOAD_TABLE_NOTE = (
+    "download ceiling: 16 parallel 8 MiB ranged GETs of one 256 MiB object from Python threads, "
+    "measured in this run. CPU s/GB: CPU seconds (user + system, every thread) inside the timed "
+    "rounds per GB (1e9 bytes) loaded; client = the rank processes (what the training node "
+    "pays), endpoint = the local endpoint's nginx and server (on this machine they share the "
+    "client's cores). storage bytes / checkpoint bytes: bytes the ranks fetched per round over "
+    "the checkpoint's stored bytes (n/a: the reader does not count them)."
+)
 
 SAVE_TABLE_NOTE = (
     "whole dcp.save: first rank's start to last rank's end of dcp.save; data phase: the longest "
@@ -293,7 +360,14 @@ def format_report(
     ceilings: Mapping[str, float] | None = None,
 ) -> str:
     """The tables under Markdown headings (``ceilings`` as in ``summary_table``): summary,
-    saves (when any save row), details."""
+    loads (when any load row), saves (when any save row), details."""
+    loads = load_table(rows, candidate, baseline)
+    loads_section = (
+        f"## Loads: time, download ceiling, CPU per GB, storage bytes\n\n{loads}\n\n"
+        f"{LOAD_TABLE_NOTE}\n\n"
+        if loads
+        else ""
+    )
     saves = save_table(rows, candidate, baseline, ceilings)
     saves_section = (
         f"## Saves: whole dcp.save vs data phase, memory per rank\n\n{saves}\n\n"
@@ -305,6 +379,7 @@ def format_report(
         f"## Checkpoint throughput ({candidate} vs {baseline} and the peers; save-... rows: "
         "bytes written)\n\n"
         f"{summary_table(rows, candidate, baseline, ceilings)}\n\n"
+        f"{loads_section}"
         f"{saves_section}"
         f"## Details\n\n{detail_table(rows)}\n"
     )

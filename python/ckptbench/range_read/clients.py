@@ -13,7 +13,7 @@ import tempfile
 
 import numpy as np
 
-from ckptbench.ceiling.pool import ConnectionPool
+from ckptbench.ceiling.pool import ConnectionPool, ranged_get_into
 from ckptbench.range_read.ranges import RangeSet
 from gcsckpt.io import RangeReader, RangeRequest
 from gcsckpt.io.endpoint import media_path
@@ -167,18 +167,7 @@ class RawPoolClient:
         return RoundCounts(len(range_set.offsets), range_set.useful_bytes)
 
     def _get(self, conn: http.client.HTTPConnection, offset: int, dest: memoryview) -> None:
-        n = len(dest)
-        conn.request("GET", self._path, headers={"Range": f"bytes={offset}-{offset + n - 1}"})
-        resp = conn.getresponse()
-        if resp.status != 206:
-            raise OSError(f"raw GET bytes={offset}-{offset + n - 1}: HTTP {resp.status}")
-        got = 0
-        while got < n:
-            k = resp.readinto(dest[got:])
-            if not k:
-                raise OSError(f"raw GET bytes={offset}-{offset + n - 1}: short body ({got} of {n})")
-            got += k
-        resp.read()
+        ranged_get_into(conn, self._path, offset, dest)
 
     def check(self, range_set, dests, source) -> bool:
         return dests_match(range_set, dests, source)

@@ -43,6 +43,8 @@ class CaseInfo:
         (every replica group reads all of it).
       sweep_axis: catalogue axis that produced the case (``baseline``, ``strategy``, ``model``).
       model_scale: ``full``, ``scaled`` or ``tiny``; None when not applicable.
+      saved_layout: for a resharded load, the layout the checkpoint was saved under, as the
+        name spells it (``fsdp-ws8``, ``ep-dp8ep8-ws8``); None: saved under ``dims``.
 
     Raises:
       ValueError: empty name. TypeError: ``dims`` is not a ``ParallelDims``.
@@ -53,6 +55,7 @@ class CaseInfo:
     dims: ParallelDims
     sweep_axis: str | None = None
     model_scale: str | None = None
+    saved_layout: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -74,6 +77,7 @@ class CaseInfo:
             dims=case.parallel_dims,
             sweep_axis=case.axis,
             model_scale=model_scale,
+            saved_layout=case.saved_layout,
         )
 
 

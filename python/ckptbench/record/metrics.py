@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,12 @@ RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_baseline"
 PEER_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_best_peer"
 REFERENCE_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_reference"
 DATA_PHASE_THROUGHPUT_COLUMN = "save_data_phase_throughput_mean_bytes_per_second"
+CEILING_COLUMN = "endpoint_ceiling_bytes_per_second"
+CEILING_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_ceiling"
+CLIENT_CPU_PER_GB_COLUMN = "client_cpu_seconds_per_gb"
+ENDPOINT_CPU_PER_GB_COLUMN = "endpoint_cpu_seconds_per_gb"
+STORAGE_RATIO_COLUMN = "storage_bytes_per_checkpoint_byte"
+_GB = 1e9
 
 _PERCENTILES = (50, 90, 95, 99)
 
@@ -276,6 +282,35 @@ def resource_columns(usage: ResourceUsage | None) -> Row:
     return row
 
 
+def cpu_per_gb_columns(usage: ResourceUsage | None, moved_bytes: int | None) -> Row:
+    """Client and endpoint CPU seconds inside the timed rounds (``ResourceUsage``'s split), and
+    each per GB moved (``moved_bytes`` / 1e9: the rounds' bytes loaded or saved); None where
+    not measured, or per GB when ``moved_bytes`` is unknown or 0."""
+    client = None if usage is None else usage.client_cpu_seconds
+    endpoint = None if usage is None else usage.endpoint_cpu_seconds
+    gigabytes = moved_bytes / _GB if moved_bytes else None
+    return {
+        "client_cpu_seconds": client,
+        CLIENT_CPU_PER_GB_COLUMN: None if client is None or not gigabytes else client / gigabytes,
+        "endpoint_cpu_seconds": endpoint,
+        ENDPOINT_CPU_PER_GB_COLUMN: (
+            None if endpoint is None or not gigabytes else endpoint / gigabytes
+        ),
+    }
+
+
+def storage_ratio(counters: Row, size: int | None) -> float | None:
+    """Bytes the ranks fetched from storage per round (``counter_columns``' per-round mean of
+    the sum over ranks) over the checkpoint's stored bytes (``checkpoint_physical_size_bytes``,
+    ``.metadata`` included, which ``bytes_fetched`` leaves out): ~1.0 when each byte is read
+    once per job, ~``data_parallel_replicate_size`` when every replica group reads all of it.
+    None when the reader does not count fetched bytes or the size is unknown or 0."""
+    fetched = counters.get("read_bytes_fetched_per_round_mean")
+    if fetched is None or not size:
+        return None
+    return fetched / size
+
+
 def host_columns(host: HostFacts) -> Row:
     """Host and software columns."""
     return {
@@ -340,6 +375,8 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
     bytes_per_round = None if size is None else size * read_count
     last_counters = rounds[-1].rank_counters if rounds else None
     last_saves = rounds[-1].rank_saves if rounds else None
+    counters = counter_columns(rounds)
+    moved = None if bytes_per_round is None or not ok else bytes_per_round * len(rounds)
 
     row: Row = {
         **run_columns(run),
@@ -351,6 +388,7 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         "model_id": case.model_id,
         "model_scale": case.model_scale,
         "checkpoint_strategy": case.dims.strategy,
+        "checkpoint_saved_layout": case.saved_layout,
         "world_size": case.dims.world_size,
         **{column: getattr(case.dims, dim) for dim, column in SIZE_NAMES.items()},
         "status": result.status,
@@ -377,7 +415,12 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         "best_peer_implementation": None,
         REFERENCE_RATIO_COLUMN: None,
         "reference_implementation": None,
-        **counter_columns(rounds),
+        CEILING_COLUMN: None,
+        CEILING_RATIO_COLUMN: None,
+        **counters,
+        STORAGE_RATIO_COLUMN: (
+            None if result.scenario == SCENARIO_WRITE else storage_ratio(counters, size)
+        ),
         "rank_counters_json": (
             None
             if last_counters is None
@@ -391,8 +434,24 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         ),
         **dict.fromkeys(TRAIN_COLUMNS),
         **resource_columns(result.resources),
+        **cpu_per_gb_columns(result.resources, moved),
     }
     return row
+
+
+def add_ceiling_columns(rows: Iterable[Row], ceilings: Mapping[str, float] | None) -> list[Row]:
+    """Copies of ``rows`` with the endpoint's raw ceiling of their case (``ceilings``: case id
+    -> bytes/s; the download ceiling for load cases, the upload ceiling for save cases) and the
+    row's mean throughput over it; rows of other cases, or without a throughput, keep None."""
+    rows = [dict(row) for row in rows]
+    for row in rows:
+        ceiling = (ceilings or {}).get(row["benchmark_case_id"])
+        if not ceiling:
+            continue
+        row[CEILING_COLUMN] = ceiling
+        own = row.get(THROUGHPUT_COLUMN) if row.get("status") == STATUS_OK else None
+        row[CEILING_RATIO_COLUMN] = None if own is None else own / ceiling
+    return rows
 
 
 def is_peer(implementation: str, candidate: str, baseline: str) -> bool:

@@ -1,11 +1,15 @@
 """CPU, memory and network use of a process tree (runner + rank processes), sampled with psutil.
 
 A background thread samples, every ``interval_s``, each live process of the tree (the root and
-all its descendants): CPU seconds (user + system) and resident set size. ``summarize`` turns the
-samples into peaks. Limits, by design of the method: CPU used by a process that starts and exits
-between two samples is missed; RSS summed over processes counts shared pages (libraries, shared
-memory) once per process, so it overstates the physical total; network bytes are host-wide over
-all interfaces, loopback included (the local GCS endpoint's traffic is on loopback).
+all its descendants): CPU seconds (user + system, every thread) and resident set size.
+``summarize`` turns the samples into peaks. Processes in the subtrees of the given endpoint pids
+(LocalGCS's nginx and server) are the endpoint's, the rest the client's; ``timed_usage`` splits
+the CPU used inside the timed windows (each process's cumulative CPU interpolated linearly
+between samples at the windows' ends) into the two. Limits, by design of the method: CPU used by
+a process that starts and exits between two samples is missed; RSS summed over processes counts
+shared pages (libraries, shared memory) once per process, so it overstates the physical total;
+network bytes are host-wide over all interfaces, loopback included (the local GCS endpoint's
+traffic is on loopback).
 """
 
 from __future__ import annotations
@@ -30,11 +34,13 @@ class TreeSample:
       time_s: ``time.monotonic()`` seconds when the sample was taken.
       cpu_seconds: per process, cumulative user+system CPU seconds.
       rss_bytes: per process, resident set size in bytes.
+      endpoint: the keys of the processes that belong to the endpoint (the rest: the client).
     """
 
     time_s: float
     cpu_seconds: Mapping[ProcessKey, float]
     rss_bytes: Mapping[ProcessKey, int]
+    endpoint: frozenset[ProcessKey] = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +56,10 @@ class ResourceUsage:
       memory_peak_bytes: highest sum of RSS over the tree in one sample.
       memory_peak_bytes_per_process_max: highest RSS of any single process.
       network_received_bytes, network_sent_bytes: host-wide bytes over the window.
+      client_cpu_seconds: CPU seconds (user + system, every thread) of the client's processes
+        (the tree but the endpoint's) inside the timed windows; None: not split.
+      endpoint_cpu_seconds: the same for the endpoint's processes; None: not split, or no
+        endpoint process known (a caller-run emulator, real GCS).
     """
 
     duration_s: float
@@ -60,6 +70,12 @@ class ResourceUsage:
     memory_peak_bytes_per_process_max: int
     network_received_bytes: int
     network_sent_bytes: int
+    client_cpu_seconds: float | None = None
+    endpoint_cpu_seconds: float | None = None
+
+
+def _sum_or_none(values: Sequence[float | None]) -> float | None:
+    return None if any(v is None for v in values) else sum(values)
 
 
 def merge_usage(usages: Sequence[ResourceUsage]) -> ResourceUsage | None:
@@ -79,7 +95,57 @@ def merge_usage(usages: Sequence[ResourceUsage]) -> ResourceUsage | None:
         memory_peak_bytes_per_process_max=max(u.memory_peak_bytes_per_process_max for u in usages),
         network_received_bytes=sum(u.network_received_bytes for u in usages),
         network_sent_bytes=sum(u.network_sent_bytes for u in usages),
+        client_cpu_seconds=_sum_or_none([u.client_cpu_seconds for u in usages]),
+        endpoint_cpu_seconds=_sum_or_none([u.endpoint_cpu_seconds for u in usages]),
     )
+
+
+def _cpu_at(series: Sequence[tuple[float, float]], moment: float) -> float:
+    """A process's cumulative CPU seconds at ``moment``, interpolated in its (time, CPU) series."""
+    if moment <= series[0][0]:
+        return series[0][1]
+    for (t0, c0), (t1, c1) in zip(series, series[1:], strict=False):
+        if moment <= t1:
+            return c0 + (c1 - c0) * (moment - t0) / (t1 - t0)
+    return series[-1][1]
+
+
+def window_cpu_seconds(
+    samples: Sequence[TreeSample], windows: Sequence[tuple[float, float]]
+) -> tuple[float, float]:
+    """(client, endpoint) CPU seconds used inside ``windows`` ((start, end) ``time.monotonic()``
+    seconds), summed over the windows.
+
+    Each process's cumulative CPU is interpolated linearly between the samples around a
+    window's ends; a process first seen after the first sample is taken to have started, with
+    zero CPU, at the sample before; after its last sample it used no more.
+
+    Raises:
+      ValueError: fewer than two samples, or a window that ends before it starts.
+    """
+    if len(samples) < 2:
+        raise ValueError(f"need at least two samples to split CPU use, got {len(samples)}")
+    series: dict[ProcessKey, list[tuple[float, float]]] = {}
+    endpoint: set[ProcessKey] = set()
+    previous_time = None
+    for sample in samples:
+        endpoint |= sample.endpoint
+        for key, cpu in sample.cpu_seconds.items():
+            if key not in series:
+                series[key] = [] if previous_time is None else [(previous_time, 0.0)]
+            series[key].append((sample.time_s, cpu))
+        previous_time = sample.time_s
+    client_s = endpoint_s = 0.0
+    for start, end in windows:
+        if end < start:
+            raise ValueError(f"window ends ({end}) before it starts ({start})")
+        for key, points in series.items():
+            used = max(0.0, _cpu_at(points, end) - _cpu_at(points, start))
+            if key in endpoint:
+                endpoint_s += used
+            else:
+                client_s += used
+    return client_s, endpoint_s
 
 
 def summarize(
@@ -125,20 +191,35 @@ def summarize(
     )
 
 
-def sample_tree(root_pid: int) -> TreeSample:
-    """Samples the root process and its descendants now; processes that vanish are skipped.
+def _with_children(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def sample_tree(root_pid: int, endpoint_pids: Sequence[int] = ()) -> TreeSample:
+    """Samples the root process and its descendants now, and the subtrees of ``endpoint_pids``
+    (marked as the endpoint's, whether or not they are in the root's tree); processes that
+    vanish are skipped.
 
     Raises psutil.NoSuchProcess if the root itself does not exist.
     """
-    root = psutil.Process(root_pid)
+    procs = {p.pid: p for p in _with_children(psutil.Process(root_pid))}
+    endpoint_pids_now: set[int] = set()
+    for pid in endpoint_pids:
+        try:
+            subtree = _with_children(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            continue
+        for proc in subtree:
+            procs.setdefault(proc.pid, proc)
+            endpoint_pids_now.add(proc.pid)
     cpu: dict[ProcessKey, float] = {}
     rss: dict[ProcessKey, int] = {}
-    try:
-        procs = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        procs = []
+    endpoint: set[ProcessKey] = set()
     now = time.monotonic()
-    for proc in procs:
+    for proc in procs.values():
         try:
             with proc.oneshot():
                 key = (proc.pid, proc.create_time())
@@ -147,7 +228,9 @@ def sample_tree(root_pid: int) -> TreeSample:
                 rss[key] = proc.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-    return TreeSample(time_s=now, cpu_seconds=cpu, rss_bytes=rss)
+        if proc.pid in endpoint_pids_now:
+            endpoint.add(key)
+    return TreeSample(time_s=now, cpu_seconds=cpu, rss_bytes=rss, endpoint=frozenset(endpoint))
 
 
 class ResourceSampler:
@@ -162,12 +245,25 @@ class ResourceSampler:
     Args:
       root_pid: root of the tree; defaults to this process.
       interval_s: seconds between samples (> 0).
+      endpoint_pids: the endpoint's processes (their subtrees are sampled as the endpoint's);
+        empty: the endpoint's CPU is not known (``timed_usage`` leaves it None).
+      root_is_client: count the root's own CPU as the client's in ``timed_usage``; False when
+        the root only launches and samples (the client's work runs in its children).
     """
 
-    def __init__(self, root_pid: int | None = None, interval_s: float = 0.25) -> None:
+    def __init__(
+        self,
+        root_pid: int | None = None,
+        interval_s: float = 0.25,
+        endpoint_pids: Sequence[int] = (),
+        root_is_client: bool = True,
+    ) -> None:
         if interval_s <= 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
         self._root_pid = os.getpid() if root_pid is None else root_pid
+        self._endpoint_pids = tuple(endpoint_pids)
+        self._root_is_client = root_is_client
+        self._unix_minus_monotonic = 0.0
         self._interval_s = interval_s
         self._samples: list[TreeSample] = []
         self._stop = threading.Event()
@@ -183,7 +279,7 @@ class ResourceSampler:
     def _loop(self) -> None:
         while not self._stop.wait(self._interval_s):
             try:
-                self._samples.append(sample_tree(self._root_pid))
+                self._samples.append(sample_tree(self._root_pid, self._endpoint_pids))
             except psutil.NoSuchProcess:
                 return
 
@@ -191,7 +287,8 @@ class ResourceSampler:
         """Takes the first sample and starts the sampling thread. Raises RuntimeError if running."""
         if self._thread is not None:
             raise RuntimeError("ResourceSampler already started")
-        self._samples = [sample_tree(self._root_pid)]
+        self._unix_minus_monotonic = time.time() - time.monotonic()
+        self._samples = [sample_tree(self._root_pid, self._endpoint_pids)]
         self._net_start = self._network_counters()
         self._stop.clear()
         self._thread = threading.Thread(target=self._loop, name="resource-sampler", daemon=True)
@@ -206,7 +303,7 @@ class ResourceSampler:
         self._thread = None
         recv_end, sent_end = self._network_counters()
         try:
-            self._samples.append(sample_tree(self._root_pid))
+            self._samples.append(sample_tree(self._root_pid, self._endpoint_pids))
         except psutil.NoSuchProcess:
             pass
         if len(self._samples) < 2:
@@ -220,6 +317,36 @@ class ResourceSampler:
             network_sent_bytes=sent_end - self._net_start[1],
         )
         return self.usage
+
+    def timed_usage(self, windows: Sequence[tuple[float, float]]) -> ResourceUsage:
+        """``usage`` with the CPU inside ``windows`` ((start, end) ``time.time()`` seconds, e.g.
+        each timed round's first rank start to last rank end) split into client and endpoint
+        seconds (:func:`window_cpu_seconds`; the root left out unless ``root_is_client``); the
+        endpoint's None without endpoint pids.
+
+        Raises:
+          RuntimeError: called before ``stop()``.
+        """
+        if self.usage is None:
+            raise RuntimeError("ResourceSampler.timed_usage needs stop() first")
+        offset = self._unix_minus_monotonic
+        samples = self._samples
+        if not self._root_is_client:
+            samples = [
+                dataclasses.replace(
+                    s,
+                    cpu_seconds={k: v for k, v in s.cpu_seconds.items() if k[0] != self._root_pid},
+                )
+                for s in samples
+            ]
+        client_s, endpoint_s = window_cpu_seconds(
+            samples, [(start - offset, end - offset) for start, end in windows]
+        )
+        return dataclasses.replace(
+            self.usage,
+            client_cpu_seconds=client_s,
+            endpoint_cpu_seconds=endpoint_s if self._endpoint_pids else None,
+        )
 
     def __enter__(self) -> ResourceSampler:
         self.start()

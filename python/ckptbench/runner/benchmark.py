@@ -28,6 +28,7 @@ from typing import Any, TextIO
 from rich.console import Console
 
 from ckptbench.cases.catalogue import Case
+from ckptbench.ceiling.download import measure_download_ceiling
 from ckptbench.ceiling.upload import measure_upload_ceiling
 from ckptbench.publish.report import PublishedReport, publish_report
 from ckptbench.publish.train_table import print_train_table
@@ -37,7 +38,12 @@ from ckptbench.record.metrics import case_row
 from ckptbench.record.progress import ProgressDisplay
 from ckptbench.record.resources import ResourceSampler, merge_usage
 from ckptbench.roles import BASELINE, CANDIDATE, LOCALFS
-from ckptbench.runner.case_verdict import load_result, merge_rank_results, save_result
+from ckptbench.runner.case_verdict import (
+    load_result,
+    merge_rank_results,
+    save_result,
+    timed_windows,
+)
 from ckptbench.runner.config import RunConfig
 from ckptbench.runner.launch import JobError, SpawnLauncher
 from ckptbench.runner.manifest import (
@@ -249,14 +255,22 @@ class _Run:
         separate = isinstance(job, SaveJob) and job.python is not None
         if separate:
             job = dataclasses.replace(job, verify=False)
-        sampler = ResourceSampler()  # the runner's tree: rank processes and the local endpoint
+        # The runner's tree: rank processes and the local endpoint, its CPU split between them
+        # inside the timed windows (0.1 s samples: a round lasts seconds); the runner's own
+        # sampling is not the client's work unless the runner is a rank (torchrun).
+        sampler = ResourceSampler(
+            interval_s=0.1,
+            endpoint_pids=self.storage.endpoint_pids,
+            root_is_client=not getattr(self.launcher, "ranks_are_children", False),
+        )
         sampler.start()
         try:
             gathered = self._timed_run(job, job.label + f", round {job.first_round + 1}")
         except JobError as err:
             error = str(err)
         finally:
-            usage = sampler.stop()
+            sampler.stop()
+            usage = sampler.timed_usage(timed_windows(gathered))
         if separate and gathered is not None and not _any_failed(gathered):
             check = VerifySaveJob(job.case, job.storage, job.writer, job.device, job.first_round)
             try:
@@ -388,9 +402,12 @@ class _Run:
         """All readers' results for one case, then all writers' (when the save phase runs on
         it); a setup failure fails every reader's row."""
         info = CaseInfo.from_case(case, self.config.model_scale)
-        spec = self.storage.for_case(case.base_name)  # the same objects whatever the bucket type
+        # The same objects whatever the bucket type; a resharded load reads (and, if missing,
+        # saves once) the checkpoint of its saving layout.
+        saved = case.saved_case
+        spec = self.storage.for_case(saved.base_name)
         try:
-            manifest = self.ensure_checkpoint(case, spec)
+            manifest = self.ensure_checkpoint(saved, spec)
         except Exception as err:  # any setup failure is this case's, never the run's
             message = f"setup failed: {err}"
             self.say(f"{case.name}: {message}")
@@ -460,6 +477,26 @@ def _training_phase(run: _Run, config: RunConfig, storage: BenchStorage) -> list
         run.phase_seconds.append(("training phase", time.monotonic() - started))
 
 
+def _download_ceiling(run: _Run, config: RunConfig, storage: BenchStorage) -> float | None:
+    """The endpoint's raw download ceiling in bytes/s (median of the rounds: 16 parallel 8 MiB
+    ranged GETs of one 256 MiB object, ``ceiling.download``), measured now and printed; None
+    when not asked for or on real GCS. Its object is deleted afterwards."""
+    if config.download_ceiling_rounds == 0 or storage.endpoint is None:
+        return None
+    prefix = "/".join(p for p in (storage.prefix, "download-ceiling") if p)
+    ceiling = measure_download_ceiling(
+        storage.endpoint, storage.bucket, rounds=config.download_ceiling_rounds, prefix=prefix
+    )
+    delete_prefix(storage.client, storage.bucket, prefix)
+    rates = ", ".join(f"{ceiling.object_bytes / t / 1e6:.0f}" for t in ceiling.seconds)
+    run.say(
+        f"Download ceiling of the endpoint: {ceiling.median_bytes_per_s / 1e6:.1f} MB/s median "
+        f"({rates} MB/s per round; {ceiling.concurrency} x {ceiling.range_bytes >> 20} MiB "
+        f"ranged GETs of {ceiling.object_bytes >> 20} MiB, {ceiling.method})"
+    )
+    return ceiling.median_bytes_per_s
+
+
 def run_benchmark(
     config: RunConfig,
     *,
@@ -480,7 +517,8 @@ def run_benchmark(
     When a save phase ran on an emulator endpoint and ``config.upload_ceiling_rounds`` > 0, the
     endpoint's raw upload ceiling is measured after the cases, endpoint still up, and becomes the
     ceiling of every ``save-...`` case in the summary table (ceiling column and gcsckpt's
-    fraction of it).
+    fraction of it). Likewise, when loads ran and ``config.download_ceiling_rounds`` > 0, the
+    raw download ceiling becomes every load case's (the load table gives each arm's fraction).
 
     Returns:
       RunOutcome (failed cases are in it; they do not raise).
@@ -522,6 +560,11 @@ def run_benchmark(
             ceiling = _upload_ceiling(run, config, storage)
             if ceiling is not None:
                 ceilings = dict.fromkeys(save_cases, ceiling)
+        load_cases = [r.case.name for r in results if r.scenario == "checkpoint_read"]
+        if load_cases and launcher.is_leader:
+            ceiling = _download_ceiling(run, config, storage)
+            if ceiling is not None:
+                ceilings = {**(ceilings or {}), **dict.fromkeys(load_cases, ceiling)}
     phases = run.phase_seconds
     context = RunContext(
         run_id=run_id,

@@ -68,6 +68,22 @@ def _rounds(ranks: Sequence[RankLoadResult]) -> list[RoundRecord]:
     return records
 
 
+def timed_windows(gathered: Sequence[Any] | None) -> list[tuple[float, float]]:
+    """Per round every rank completed, (first rank's start, last rank's end) in ``time.time()``
+    seconds: the windows whose CPU counts as the load's (or save's); [] when none."""
+    ranks = [g for g in gathered or () if isinstance(g, RankLoadResult)]
+    if not ranks or len(ranks) != len(gathered or ()):
+        return []
+    complete = min(len(r.rounds) for r in ranks)
+    return [
+        (
+            min(r.rounds[i].start_unix_s for r in ranks),
+            max(r.rounds[i].end_unix_s for r in ranks),
+        )
+        for i in range(complete)
+    ]
+
+
 def merge_rank_results(parts: Sequence[Sequence[Any]]) -> list[Any]:
     """Per rank, one result from several jobs' gathered results (in job order): rounds and
     written bytes concatenated, the first error kept; a rank that failed in any job stays a

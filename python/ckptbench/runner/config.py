@@ -23,7 +23,7 @@ class RunConfig:
 
     Attributes:
       cases: case names or globs; empty: every case on ``sweep_axes``.
-      sweep_axes: catalogue axes (``strategy``, ``model``); None: all.
+      sweep_axes: catalogue axes (``strategy``, ``model``, ``reshard``); None: all.
       catalogue: catalogue YAML path; None: the shipped one.
       bucket: ``gs://bucket[/prefix]``; None: the embedded local endpoint.
       endpoint: emulator URL for ``bucket`` (None: real GCS).
@@ -44,6 +44,9 @@ class RunConfig:
         save phase in the same run (MAX_INFLIGHT_UPLOADS parallel 64 MiB media uploads a round,
         ``bench.ceiling.upload``); 0: not measured. Emulator endpoints only (it sends no
         credentials); on real GCS it is not measured.
+      download_ceiling_rounds: rounds of the endpoint's raw download ceiling, measured after
+        the cases in the same run (``ceiling.download``: parallel 8 MiB ranged GETs); 0: not
+        measured. Emulator endpoints only, like the upload ceiling.
       world_size_override: resize every case to this many ranks.
       model_scale: ``full``, ``scaled`` or ``tiny``.
       output_dir: results folder; None: ``~/.cache/gcsckpt/results/<run id>``.
@@ -79,6 +82,7 @@ class RunConfig:
     baseline_cases: tuple[str, ...] = ()
     peer_rounds: int | None = None
     upload_ceiling_rounds: int = 3
+    download_ceiling_rounds: int = 3
     world_size_override: int | None = None
     model_scale: str = "scaled"
     output_dir: str | None = None
@@ -110,6 +114,10 @@ class RunConfig:
             raise ValueError(f"--model_scale {self.model_scale!r}: known {', '.join(SCALES)}")
         if self.device not in DEVICES:
             raise ValueError(f"--device {self.device!r}: known {', '.join(DEVICES)}")
+        if self.download_ceiling_rounds < 0:
+            raise ValueError(
+                f"--download_ceiling_rounds must be >= 0, got {self.download_ceiling_rounds}"
+            )
         if self.upload_ceiling_rounds < 0:
             raise ValueError(
                 f"--upload_ceiling_rounds must be >= 0, got {self.upload_ceiling_rounds}"

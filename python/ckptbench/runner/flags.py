@@ -26,8 +26,8 @@ flags.DEFINE_list(
 flags.DEFINE_string(
     "sweep_axes",
     None,
-    "Catalogue axes to run, comma- or space-separated (strategy, model); the baseline case is "
-    "always on them. Default: all.",
+    "Catalogue axes to run, comma- or space-separated (strategy, model, reshard); the baseline "
+    "case is always on them. Default: all.",
 )
 flags.DEFINE_string("catalogue", None, "Catalogue YAML file. Default: the shipped catalogue.")
 flags.DEFINE_string(
@@ -57,6 +57,12 @@ flags.DEFINE_integer(
     3,
     "Rounds of the endpoint's raw upload ceiling (parallel 64 MiB media uploads), measured "
     "after the save phase; 0: not measured. Emulator endpoints only.",
+)
+flags.DEFINE_integer(
+    "download_ceiling_rounds",
+    3,
+    "Rounds of the endpoint's raw download ceiling (16 parallel 8 MiB ranged GETs of one "
+    "256 MiB object), measured after the cases; 0: not measured. Emulator endpoints only.",
 )
 flags.DEFINE_list(
     "save_cases", [], "Case names or globs the save phase runs on. Default: every selected case."
@@ -166,6 +172,7 @@ def config_from_flags() -> RunConfig:
             baseline_cases=tuple(FLAGS.baseline_cases),
             peer_rounds=FLAGS.peer_rounds,
             upload_ceiling_rounds=FLAGS.upload_ceiling_rounds,
+            download_ceiling_rounds=FLAGS.download_ceiling_rounds,
             world_size_override=FLAGS.world_size_override,
             model_scale=FLAGS.model_scale,
             output_dir=FLAGS.output_dir,

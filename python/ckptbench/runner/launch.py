@@ -61,6 +61,7 @@ class SpawnLauncher:
     """
 
     is_leader = True
+    ranks_are_children = True  # the runner itself does none of a job's work
 
     def __init__(self, timeout_s: float = 1800.0, start_method: str = "forkserver") -> None:
         self.timeout_s = timeout_s
@@ -128,6 +129,8 @@ class TorchrunLauncher:
 
     Every rank walks the same cases; ``agree`` makes rank 0's decisions everyone's.
     """
+
+    ranks_are_children = False  # this process is a rank
 
     def __init__(self) -> None:
         self.rank = dist.get_rank()

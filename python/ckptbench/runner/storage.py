@@ -104,6 +104,12 @@ class BenchStorage:
         )
 
     @property
+    def endpoint_pids(self) -> list[int]:
+        """The embedded endpoint's processes (``LocalGCS.process_ids``); empty for a
+        caller-run emulator or real GCS (their CPU is not ours to sample)."""
+        return self._local.process_ids if self._local is not None else []
+
+    @property
     def url(self) -> str:
         """``gs://bucket[/prefix]``."""
         return f"gs://{self.bucket}/{self.prefix}" if self.prefix else f"gs://{self.bucket}"

@@ -5,7 +5,8 @@ save seed (so values that were not loaded cannot pass as loaded), make a new rea
 ``counting_planner_for(reader)``, then barrier. Inside it: ``time.time()``, ``dcp.load``,
 ``time.time()``.
 After a second barrier the rank checks its load: every state-dict entry's sha256 equals the one
-taken at save time, and the committed tensor bytes equal the bytes the state dict holds.
+taken at save time (a resharded load: that of the save seed's state built in the load layout),
+and the committed tensor bytes equal the bytes the state dict holds.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from ckptbench.worker import arms, baseline
 from ckptbench.worker.jobs import (
+    SAVE_SEED,
     LoadJob,
     RankLoadResult,
     RankRound,
@@ -56,6 +58,21 @@ def describe_error(err: BaseException) -> str:
         return "; ".join(parts)
     text = "".join(traceback.format_exception_only(type(err), err)).strip()
     return f"rank {dist.get_rank()}: {text[:_ERROR_CHARS]}"
+
+
+def _expected_checksums(job: LoadJob, rank: int, mesh: Any, device: torch.device) -> dict[str, str]:
+    """This rank's expected ``{key: sha256}``: the save-time checksums the setup job stored, or
+    for a resharded load (``case.saved_from``) those of a ``SAVE_SEED`` state built in the load
+    layout (the same seed gives the same global values under every layout)."""
+    if job.case.saved_from is None:
+        return _saved_checksums(job, rank)["checksums"]
+    state = build_app_state(
+        job.case.model, job.case.parallel_dims, mesh, seed=SAVE_SEED, device=device
+    )
+    sums = local_checksums(state)
+    del state
+    gc.collect()
+    return sums
 
 
 def _saved_checksums(job: LoadJob, rank: int) -> dict[str, Any]:
@@ -128,9 +145,9 @@ def run_load(job: LoadJob, report) -> RankLoadResult:
     """
     rank = dist.get_rank()
     device = rank_device(job.device)
-    saved = _saved_checksums(job, rank)
     dims = job.case.parallel_dims
     mesh = build_mesh(dims, device.type)
+    saved = _expected_checksums(job, rank, mesh, device)
     scratch = job_scratch_dir()
     rounds: list[RankRound] = []
     for index in range(job.first_round, job.first_round + job.rounds):
@@ -172,7 +189,7 @@ def run_load(job: LoadJob, report) -> RankLoadResult:
             profile.close()  # every rank is done with the round's cache
         report(f"{label}: verify", 0, 1)
         counters = _counters(job, reader, planner)
-        differ, missing = compare_checksums(saved["checksums"], local_checksums(state))
+        differ, missing = compare_checksums(saved, local_checksums(state))
         rounds.append(
             RankRound(
                 start_unix_s=start,

@@ -158,6 +158,12 @@ class LocalGCS:
         """
         _stop_all(self._procs, self._cleanup_dirs)
 
+    @property
+    def process_ids(self) -> list[int]:
+        """Pids of the running server and nginx master (nginx's workers are their children);
+        empty when stopped. The benchmark samples their CPU as the endpoint's."""
+        return [proc.pid for proc in self._procs]
+
     def _prepare_dirs(self, run_dir: str) -> None:
         self.data_dir = os.path.abspath(self._data_dir_arg or os.path.join(run_dir, "data"))
         self.log_dir = os.path.abspath(self._log_dir_arg or os.path.join(run_dir, "logs"))
