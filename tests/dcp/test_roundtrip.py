@@ -222,6 +222,25 @@ def test_rank_local_metadata_without_collectives(gcs):
     assert reader.load_stats.metadata_requests == 1
 
 
+def test_cached_plan_without_collectives_names_each_saves_own_objects(gcs):
+    # torch hands saves 2..N the first save's finished plan; without collectives it also drops
+    # the prefix prepare_local_plan set, so write_data must name this save's objects itself.
+    from gcsckpt.dcp import GCSSavePlanner
+
+    planner, store, url = GCSSavePlanner(), ObjectStore(gcs.endpoint), f"gs://{BUCKET}/cached-nc"
+    names, reused = [], GCSSavePlanner.plans_reused
+    for step in range(2):
+        state = {"x": torch.full((64,), float(step))}
+        writer = GCSStorageWriter(url, endpoint=gcs.endpoint, overwrite=True)
+        dcp.save(state, storage_writer=writer, planner=planner, use_collectives=False)
+        names.append({n for n in store.list(BUCKET, "cached-nc/") if n.endswith(".distcp")})
+    assert GCSSavePlanner.plans_reused - reused == 1
+    assert len(names[0]) == 1 and len(names[1] - names[0]) == 1  # save 2 wrote a new object
+    target = {"x": torch.zeros(64)}
+    _load(gcs, url, target)
+    assert torch.equal(target["x"], torch.full((64,), 1.0))
+
+
 def test_write_side_stream_transform_loads_everywhere(gcs, tmp_path):
     # torch's ZStandard needs zstandard/pyzstd (not installed here); torch's own Rot13 test
     # transform exercises the same path: every item goes through `_extensions` on the way out.

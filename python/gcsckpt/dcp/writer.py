@@ -238,8 +238,10 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         self._loc()
         # This save's own prefix: with plan caching (DefaultSavePlanner(enable_plan_caching=
         # True)) torch hands back the first save's finished plan, storage_data included.
+        # (With use_collectives=False torch replaces the cached local plan by an empty delta,
+        # so the prefix set in prepare_local_plan is lost too: always name them here.)
         prefix = plan.storage_data.prefix
-        if self.use_collectives and self.rank is not None:
+        if self.rank is not None:
             prefix = f"__{self.rank}_{self._save_tag()}_"
         objects = []
         for i, group in enumerate(cached_groups(self, plan.items)):
@@ -331,7 +333,10 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
     def _data_uploader(self) -> Uploader:
         if self._uploader is None:
             self._uploader = engines.shared(
-                "uploader", self._engine_key("uploader"), self._new_uploader
+                # Keyed by background_nice too: the C++ thread keeps its creator's nice value.
+                "uploader",
+                self._engine_key("uploader", self.background_nice),
+                self._new_uploader,
             )
         return self._uploader
 

@@ -52,7 +52,9 @@ class Decoder:
 
     def take_rereads(self) -> list[Fetch]:
         """The buffered TORCH_SAVE Fetches of direct items whose archive head or tail did not
-        match their group's template (nothing of them was committed); clears the list."""
+        match their group's template; clears the list. No commit_tensor was called for them, but
+        their destination already holds bytes from the assumed offsets until the reread (or,
+        if the load then fails, for good: as with any failed load, the state is not usable)."""
         rereads, self.rereads = self.rereads, []
         return rereads
 

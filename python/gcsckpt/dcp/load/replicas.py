@@ -182,22 +182,23 @@ class ReplicaExchange:
         )
 
     def _exchange(self, number: int, outgoing, send, incoming: list[Parcel]) -> list:
-        """Sends this rank's parcel of round `number`, receives the parcels meant for it."""
+        """Sends this rank's parcel of round `number`, receives the parcels meant for it, as one
+        `batch_isend_irecv` (NCCL deadlocks on separate sends and receives between a pair of
+        ranks that both send; gloo takes either)."""
         began = time.perf_counter()
-        works, received = [], []
+        ops, received = [], []
         if outgoing is not None and outgoing.size:
             for peer in outgoing.receivers:
-                works.append(dist.isend(send, self._global(peer), group=self.group, tag=number))
+                ops.append(dist.P2POp(dist.isend, send, self._global(peer), self.group, number))
             self.stats.peer_bytes_out += outgoing.size * len(outgoing.receivers)
         for parcel in incoming:
             buffer = torch.empty(parcel.size, dtype=torch.uint8, device=self.device)
             if parcel.size:
-                works.append(
-                    dist.irecv(buffer, self._global(parcel.owner), group=self.group, tag=number)
-                )
+                source = self._global(parcel.owner)
+                ops.append(dist.P2POp(dist.irecv, buffer, source, self.group, number))
             received.append(buffer)
             self.stats.peer_bytes_in += parcel.size
-        for work in works:
+        for work in dist.batch_isend_irecv(ops) if ops else ():
             work.wait()
         self.stats.exchange_s += time.perf_counter() - began
         return [b.cpu() for b in received]
