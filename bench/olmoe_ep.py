@@ -4,7 +4,7 @@
 (reused by later runs), loads each with gcsckpt (3 rounds) and the best peer, msc (1 round), and
 the fsdp case with the stock FsspecReader (1 round); then saves the ep case once with gcsckpt,
 each peer writer (msc, dataflux) and the ``localfs`` reference, every save verified, trains the
-small OLMoE under ep with every training arm but stock (//bench:train_ckpt's loop, one round,
+small OLMoE under ep with every training arm (//bench:train_ckpt's loop, one round,
 ``--train_layouts=`` turns it off) and measures the endpoint's upload and download ceilings. The
 tables give gcsckpt's ratios to stock, the best peer, the ceilings and (saves) localfs, every
 arm's client and endpoint CPU per GB (loads also storage bytes per checkpoint byte), and the run
