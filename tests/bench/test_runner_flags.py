@@ -121,8 +121,8 @@ def test_olmoe_ep_defaults_train_ep_with_every_arm_but_stock(parse):
     parse(f"--train_layouts={','.join(module.OLMOE_EP_DEFAULTS['train_layouts'])}")
     train = config_from_flags().train
     assert (train.layouts, train.ranks, train.rounds, train.scale) == (("ep",), 2, 1, "small")
-    assert train.run_arms[0] == "none" and "fsspec-sync" not in train.run_arms
-    assert len(train.run_arms) == 9
+    assert train.run_arms[0] == "none" and "fsspec-sync" in train.run_arms  # every arm
+    assert len(train.run_arms) == 10
     parse()
     assert config_from_flags().train is None  # //bench:checkpoint_load: no training phase
     parse("--train_layouts=ep", "--train_arms=gcsckpt-turbo")

@@ -38,7 +38,7 @@ from train_runs import (
 
 from gcsckpt.testing import FaultProxy, LocalGCS
 
-STALLED = 2 * SAVE_EVERY  # the save a kill interrupts in the second test
+STALLED = 2 * SAVE_EVERY  # the save whose uploads the tests hold
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +71,11 @@ def test_killed_and_restarted_run_continues_the_same_loss_curve(tmp_path, refere
     with LocalGCS(data_dir=str(tmp_path / "objects")) as gcs:
         gcs.create_bucket(BUCKET)
         env = rank_env(gcs.env())
-        killed = losses(_run_and_kill(env))
-        assert max(killed) < STEPS
+        # Step-8's uploads are held, so however late the kill comes (a fast machine may have
+        # printed every step by then) no save after step-4 commits.
+        with FaultProxy(gcs.endpoint, [hold_uploads(STALLED, "[01]")]) as proxy:
+            killed = losses(_run_and_kill(rank_env({"STORAGE_EMULATOR_HOST": proxy.endpoint})))
+        assert SAVE_EVERY < max(killed) <= STEPS
         assert killed == {s: reference[s] for s in killed}  # same curve up to the kill
 
         # An interrupted save of a later step: a data object, no .metadata (what a kill during
