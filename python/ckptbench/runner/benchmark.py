@@ -435,29 +435,63 @@ CEILING_OBJECT_BYTES = 64 << 20
 CEILING_CONCURRENCY = MAX_INFLIGHT_UPLOADS
 
 
-def _upload_ceiling(run: _Run, config: RunConfig, storage: BenchStorage) -> float | None:
-    """The endpoint's raw upload ceiling in bytes/s (median of the rounds), measured now and
-    printed; None when not asked for or on real GCS (the measurement sends no credentials).
+def _ceiling(
+    run: _Run, storage: BenchStorage, kind: str, rounds: int, measure, round_bytes, how
+) -> float | None:
+    """The endpoint's raw `kind` ("upload"/"download") ceiling in bytes/s (median of the
+    rounds), measured now by ``measure(prefix)`` under ``<prefix>/<kind>-ceiling`` and printed
+    (``round_bytes(ceiling)`` bytes per round; ``how(ceiling)`` describes the requests); None
+    when not asked for (``rounds`` 0) or on real GCS (the measurement sends no credentials).
     Its objects are deleted afterwards."""
-    if config.upload_ceiling_rounds == 0 or storage.endpoint is None:
+    if rounds == 0 or storage.endpoint is None:
         return None
-    prefix = "/".join(p for p in (storage.prefix, "upload-ceiling") if p)
-    ceiling = measure_upload_ceiling(
-        storage.endpoint,
-        storage.bucket,
-        object_bytes=CEILING_OBJECT_BYTES,
-        concurrency=CEILING_CONCURRENCY,
-        rounds=config.upload_ceiling_rounds,
-        prefix=prefix,
-    )
+    prefix = "/".join(p for p in (storage.prefix, f"{kind}-ceiling") if p)
+    ceiling = measure(prefix)
     delete_prefix(storage.client, storage.bucket, prefix)
-    rates = ", ".join(f"{ceiling.bytes_per_round / t / 1e6:.0f}" for t in ceiling.seconds)
+    rates = ", ".join(f"{round_bytes(ceiling) / t / 1e6:.0f}" for t in ceiling.seconds)
     run.say(
-        f"Upload ceiling of the endpoint: {ceiling.median_bytes_per_s / 1e6:.1f} MB/s median "
-        f"({rates} MB/s per round; {ceiling.concurrency} x {ceiling.object_bytes >> 20} MiB, "
-        f"{ceiling.method})"
+        f"{kind.capitalize()} ceiling of the endpoint: {ceiling.median_bytes_per_s / 1e6:.1f} MB/s"
+        f" median ({rates} MB/s per round; {how(ceiling)}, {ceiling.method})"
     )
     return ceiling.median_bytes_per_s
+
+
+def _upload_ceiling(run: _Run, config: RunConfig, storage: BenchStorage) -> float | None:
+    """The upload ceiling (``ceiling.upload``: parallel media uploads), see :func:`_ceiling`."""
+    return _ceiling(
+        run,
+        storage,
+        "upload",
+        config.upload_ceiling_rounds,
+        lambda prefix: measure_upload_ceiling(
+            storage.endpoint,
+            storage.bucket,
+            object_bytes=CEILING_OBJECT_BYTES,
+            concurrency=CEILING_CONCURRENCY,
+            rounds=config.upload_ceiling_rounds,
+            prefix=prefix,
+        ),
+        lambda c: c.bytes_per_round,
+        lambda c: f"{c.concurrency} x {c.object_bytes >> 20} MiB",
+    )
+
+
+def _download_ceiling(run: _Run, config: RunConfig, storage: BenchStorage) -> float | None:
+    """The download ceiling (``ceiling.download``: 16 parallel 8 MiB ranged GETs of one 256 MiB
+    object), see :func:`_ceiling`."""
+    return _ceiling(
+        run,
+        storage,
+        "download",
+        config.download_ceiling_rounds,
+        lambda prefix: measure_download_ceiling(
+            storage.endpoint, storage.bucket, rounds=config.download_ceiling_rounds, prefix=prefix
+        ),
+        lambda c: c.object_bytes,
+        lambda c: (
+            f"{c.concurrency} x {c.range_bytes >> 20} MiB ranged GETs of {c.object_bytes >> 20} MiB"
+        ),
+    )
 
 
 def _training_phase(run: _Run, config: RunConfig, storage: BenchStorage) -> list[Any]:
@@ -475,26 +509,6 @@ def _training_phase(run: _Run, config: RunConfig, storage: BenchStorage) -> list
         )
     finally:
         run.phase_seconds.append(("training phase", time.monotonic() - started))
-
-
-def _download_ceiling(run: _Run, config: RunConfig, storage: BenchStorage) -> float | None:
-    """The endpoint's raw download ceiling in bytes/s (median of the rounds: 16 parallel 8 MiB
-    ranged GETs of one 256 MiB object, ``ceiling.download``), measured now and printed; None
-    when not asked for or on real GCS. Its object is deleted afterwards."""
-    if config.download_ceiling_rounds == 0 or storage.endpoint is None:
-        return None
-    prefix = "/".join(p for p in (storage.prefix, "download-ceiling") if p)
-    ceiling = measure_download_ceiling(
-        storage.endpoint, storage.bucket, rounds=config.download_ceiling_rounds, prefix=prefix
-    )
-    delete_prefix(storage.client, storage.bucket, prefix)
-    rates = ", ".join(f"{ceiling.object_bytes / t / 1e6:.0f}" for t in ceiling.seconds)
-    run.say(
-        f"Download ceiling of the endpoint: {ceiling.median_bytes_per_s / 1e6:.1f} MB/s median "
-        f"({rates} MB/s per round; {ceiling.concurrency} x {ceiling.range_bytes >> 20} MiB "
-        f"ranged GETs of {ceiling.object_bytes >> 20} MiB, {ceiling.method})"
-    )
-    return ceiling.median_bytes_per_s
 
 
 def run_benchmark(
