@@ -12,7 +12,9 @@ Batch::Batch(std::vector<ObjectRef> objects, std::vector<RangeSpec> ranges,
       request_failed_(ranges_.size(), false),
       open_fetches_(plan_.fetches.size()) {
   states_.reserve(plan_.fetches.size());
-  for (const Fetch& f : plan_.fetches) states_.push_back(FetchState{0, {}, {&f, &dests_}});
+  for (const Fetch& f : plan_.fetches) {
+    states_.push_back(FetchState{0, {}, {&f, &dests_, objects_[f.object_id].sums.get()}, 0});
+  }
   pins_ = std::make_unique<std::atomic<int64_t>[]>(objects_.size());
   for (size_t i = 0; i < objects_.size(); ++i) pins_[i].store(objects_[i].generation);
   for (uint32_t r = 0; r < remaining_.size(); ++r) {

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "cc/gcsio/block_sums.h"
 #include "cc/gcsio/range_plan.h"
 #include "cc/gcsio/request_kind.h"
 #include "cc/gcsio/scatter_writer.h"
@@ -24,6 +25,8 @@ struct ObjectRef {
   std::string bucket;
   std::string object;
   int64_t generation = 0;  // the generation the caller wants read; 0: the first answer's
+  // The object's block checksums (block_sums.h), or null: every block read is checked.
+  std::shared_ptr<const BlockSums> sums;
 };
 
 struct RequestFailure {
@@ -36,6 +39,8 @@ struct RequestFailure {
   uint64_t offset_reached = 0;  // object offset up to which that GET's bytes arrived
   int64_t pinned_generation = 0;
   int64_t seen_generation = 0;
+  // cause kChecksumMismatch: the block that failed its check again after one re-fetch.
+  ChecksumMismatch checksum;
 };
 
 // Mutable state of one fetch; only the thread running or queueing it touches it.
@@ -43,6 +48,7 @@ struct FetchState {
   uint64_t received = 0;  // body bytes already written; a retry asks only for the rest
   AttemptClock clock;
   ScatterWriter writer;
+  int checksum_retries = 0;  // re-fetches after a block failed its CRC-32C check
 };
 
 class Batch : public TransferWork {

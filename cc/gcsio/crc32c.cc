@@ -122,6 +122,39 @@ bool DetectHardware() { return false; }
 
 }  // namespace
 
+namespace {
+
+// a * b modulo the polynomial, both in the reflected order (bit 31 is x^0).
+uint32_t MultiplyModPoly(uint32_t a, uint32_t b) {
+  uint32_t product = 0;
+  for (uint32_t bit = 0x80000000u; bit != 0; bit >>= 1) {
+    if (a & bit) product ^= b;
+    b = (b >> 1) ^ ((b & 1) ? kPoly : 0);  // b *= x
+  }
+  return product;
+}
+
+// x^(2^k) modulo the polynomial for k = 0..63, by repeated squaring.
+struct PowerTable {
+  uint32_t p[64];
+  PowerTable() {
+    p[0] = 0x40000000u;  // x^1
+    for (int k = 1; k < 64; ++k) p[k] = MultiplyModPoly(p[k - 1], p[k - 1]);
+  }
+};
+
+}  // namespace
+
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+  static const PowerTable powers;
+  // x^(8 * len_b): bit j of len_b contributes x^(2^(j + 3)).
+  uint32_t shift = 0x80000000u;  // x^0
+  for (int j = 0; len_b != 0 && j + 3 < 64; ++j, len_b >>= 1) {
+    if (len_b & 1) shift = MultiplyModPoly(shift, powers.p[j + 3]);
+  }
+  return MultiplyModPoly(shift, crc_a) ^ crc_b;
+}
+
 bool Crc32cHardware() {
   static const bool has = DetectHardware();
   return has;

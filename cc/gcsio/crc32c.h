@@ -23,6 +23,12 @@ uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
 // The same with the table path only (tests compare both paths).
 uint32_t Crc32cPortable(const void* data, size_t n, uint32_t crc = 0);
 
+// The CRC-32C of a + b from crc_a = Crc32c(a), crc_b = Crc32c(b) and b's length (bytes), without
+// reading the bytes again: crc_a times x^(8 * len_b) modulo the polynomial, plus crc_b (CRC-32C is
+// linear in its register). About 64 register multiplications: blocks are checksummed once and
+// the whole object's CRC-32C follows from them.
+uint32_t Crc32cCombine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
+
 // True when Crc32c uses the SSE4.2 instruction on this CPU.
 bool Crc32cHardware();
 

@@ -85,6 +85,17 @@ TEST(Crc32cTest, Base64AsGcsWritesIt) {
   EXPECT_FALSE(ParseCrc32cBase64("", &crc));
 }
 
+TEST(Crc32cTest, CombineEqualsTheChecksumOfTheConcatenation) {
+  std::vector<uint8_t> data(5000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 131 + 7);
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{63}, size_t{4096}, size_t{4999}, size_t{5000}}) {
+    const uint32_t a = Crc32c(data.data(), cut);
+    const uint32_t b = Crc32c(data.data() + cut, data.size() - cut);
+    EXPECT_EQ(Crc32cCombine(a, b, data.size() - cut), Crc32c(data.data(), data.size()))
+        << "cut at " << cut;
+  }
+}
+
 // Prints GB/s of both paths (a figure for the header's docstring, not a timed assertion).
 TEST(Crc32cTest, ThroughputIsPrinted) {
   const size_t n = 256u << 20;

@@ -39,7 +39,9 @@ Engine::~Engine() { driver_.Stop(); }
 std::shared_ptr<Batch> Engine::Submit(std::vector<ObjectRef> objects, std::vector<RangeSpec> ranges,
                                       std::vector<uint8_t*> dests) {
   driver_.CheckProcess();
-  Plan plan = PlanFetches(ranges, options_.plan);
+  std::vector<const BlockSums*> sums(objects.size(), nullptr);
+  for (size_t i = 0; i < objects.size(); ++i) sums[i] = objects[i].sums.get();
+  Plan plan = PlanFetches(ranges, options_.plan, sums);
   driver_.RefreshToken();
   auto batch = std::make_shared<Batch>(std::move(objects), std::move(ranges), std::move(dests),
                                        std::move(plan));

@@ -140,8 +140,16 @@ size_t HttpTransfer::OnBody(const char* data, size_t n) {
   }
   const size_t avail = n - skipped;
   const size_t take = static_cast<size_t>(std::min<uint64_t>(avail, wanted()));
-  setup_.writer->Write(setup_.body_pos + received_,
-                       reinterpret_cast<const uint8_t*>(data + skipped), take);
+  if (!setup_.writer->Write(setup_.body_pos + received_,
+                            reinterpret_cast<const uint8_t*>(data + skipped), take)) {
+    // A block's bytes do not match their checksum: corruption at rest or in transit. The retry
+    // reads that block again (ScatterWriter::Resume); the range kind allows one.
+    const ChecksumMismatch& m = setup_.writer->mismatch();
+    rejected_ = true;
+    rejection_ = MakeOutcome(Verdict::kRetry, kChecksumMismatch, status_,
+                             ChecksumMessage(m.offset, m.length, m.expected, m.computed));
+    return 0;
+  }
   received_ += take;
   setup_.stats->AddBytesReceived(take);
   if (take == avail) return n;

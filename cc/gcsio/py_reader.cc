@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +68,12 @@ class PyBatch {
       d["offset_reached"] = f.offset_reached;
       d["pinned_generation"] = f.pinned_generation;
       d["seen_generation"] = f.seen_generation;
+      if (f.cause == kChecksumMismatch && f.checksum.length > 0) {
+        d["block_offset"] = f.checksum.offset;
+        d["block_length"] = f.checksum.length;
+        d["expected_crc32c"] = f.checksum.expected;
+        d["computed_crc32c"] = f.checksum.computed;
+      }
       out.append(d);
     }
     return out;
@@ -142,7 +149,36 @@ class PyReader {
 
 }  // namespace
 
+// Little-endian uint64 / uint32 arrays from a bytes-like object; ValueError names `what`.
+template <typename T>
+std::vector<T> Array(const py::buffer& data, const char* what) {
+  const py::buffer_info info = data.request();
+  const size_t bytes = static_cast<size_t>(info.size * info.itemsize);
+  if (bytes % sizeof(T) != 0) {
+    throw py::value_error(std::string(what) + ": " + std::to_string(bytes) +
+                          " bytes is no whole number of " + std::to_string(sizeof(T)) +
+                          "-byte values");
+  }
+  std::vector<T> out(bytes / sizeof(T));
+  if (bytes > 0) std::memcpy(out.data(), info.ptr, bytes);
+  return out;
+}
+
 void BindReader(py::module_& m) {
+  py::class_<BlockSums, std::shared_ptr<BlockSums>>(m, "BlockSums")
+      .def(py::init([](uint64_t size, const py::buffer& starts, const py::buffer& crcs) {
+             auto sums = std::make_shared<BlockSums>();
+             sums->size = size;
+             sums->starts = Array<uint64_t>(starts, "starts");
+             sums->crcs = Array<uint32_t>(crcs, "crcs");
+             const std::string problem = sums->Problem();
+             if (!problem.empty()) throw py::value_error("block checksums: " + problem);
+             return sums;
+           }),
+           py::arg("size"), py::arg("starts"), py::arg("crcs"))
+      .def_property_readonly("size", [](const BlockSums& b) { return b.size; })
+      .def("__len__", &BlockSums::count);
+
   py::class_<PyBatch>(m, "Batch")
       .def("next_completed", &PyBatch::NextCompleted, py::arg("timeout_s") = py::none())
       .def("wait", &PyBatch::Wait)

@@ -88,10 +88,10 @@ ParsedRequests ParseRequests(PyObject* requests) {
   for (Py_ssize_t k = 0; k < n; ++k) {
     const size_t i = static_cast<size_t>(k);
     PyObject* item = items[k];
-    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 5 || PyTuple_GET_SIZE(item) > 6) {
-      throw py::type_error(
-          "request " + std::to_string(i) +
-          " must be a RangeRequest(bucket, object, offset, length, dest[, generation])");
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 5 || PyTuple_GET_SIZE(item) > 7) {
+      throw py::type_error("request " + std::to_string(i) +
+                           " must be a RangeRequest(bucket, object, offset, length, dest[, "
+                           "generation[, checksums]])");
     }
     std::string bucket = Utf8(PyTuple_GET_ITEM(item, 0), i, "bucket");
     std::string object = Utf8(PyTuple_GET_ITEM(item, 1), i, "object");
@@ -112,16 +112,28 @@ ParsedRequests ParseRequests(PyObject* requests) {
                             std::to_string(length));
     }
     int64_t generation = 0;
-    if (PyTuple_GET_SIZE(item) == 6 && PyTuple_GET_ITEM(item, 5) != Py_None) {
+    if (PyTuple_GET_SIZE(item) >= 6 && PyTuple_GET_ITEM(item, 5) != Py_None) {
       generation = NonNegative(PyTuple_GET_ITEM(item, 5), i, "generation");
+    }
+    std::shared_ptr<const BlockSums> sums;
+    if (PyTuple_GET_SIZE(item) == 7 && PyTuple_GET_ITEM(item, 6) != Py_None) {
+      py::handle h(PyTuple_GET_ITEM(item, 6));
+      if (!py::isinstance<BlockSums>(h)) {
+        throw py::type_error(Describe(i, bucket, object, offset, length) +
+                             ": checksums must be a _gcsio.BlockSums or None");
+      }
+      sums = h.cast<std::shared_ptr<BlockSums>>();
     }
     std::string key = bucket;
     key.push_back('\0');
     key += object;
     auto [it, inserted] = ids.emplace(std::move(key), static_cast<uint32_t>(out.objects.size()));
     if (inserted) {
-      out.objects.push_back(ObjectRef{std::move(bucket), std::move(object), generation});
-    } else if (generation > 0) {
+      out.objects.push_back(ObjectRef{std::move(bucket), std::move(object), generation, sums});
+    } else if (sums != nullptr && out.objects[it->second].sums == nullptr) {
+      out.objects[it->second].sums = sums;
+    }
+    if (!inserted && generation > 0) {
       ObjectRef& known = out.objects[it->second];
       if (known.generation > 0 && known.generation != generation) {
         throw py::value_error(Describe(i, bucket, object, offset, length) + ": generation " +

@@ -2,6 +2,7 @@
 
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -46,6 +47,8 @@ class PyUpload {
     d["generation"] = r.generation;
     d["size"] = r.size;
     d["crc32c"] = r.crc32c;
+    d["block_crcs"] = py::bytes(reinterpret_cast<const char*>(r.block_crcs.data()),
+                                r.block_crcs.size() * sizeof(uint32_t));
     d["requests"] = r.requests;
     d["attempts"] = r.attempts;
     d["retries"] = r.retries;
@@ -70,7 +73,8 @@ class PyUploader {
                   "Uploader is closed") {}
 
   std::unique_ptr<PyUpload> Submit(const std::string& bucket, const std::string& object,
-                                   const py::object& data, int64_t if_generation_match) {
+                                   const py::object& data, int64_t if_generation_match,
+                                   const py::object& block_starts) {
     Uploader& uploader = uploader_.Live();
     auto view = std::make_unique<HeldReadBuffers>(data);
     UploadSpec spec;
@@ -78,6 +82,16 @@ class PyUploader {
     spec.object = object;
     spec.payload = UploadPayload(view->spans());
     spec.if_generation_match = if_generation_match;
+    if (!block_starts.is_none()) {
+      const py::buffer_info info = py::buffer(block_starts).request();
+      const size_t bytes = static_cast<size_t>(info.size * info.itemsize);
+      if (bytes % sizeof(uint64_t) != 0) {
+        throw py::value_error("block_starts: " + std::to_string(bytes) +
+                              " bytes is no whole number of 8-byte offsets");
+      }
+      spec.block_starts.resize(bytes / sizeof(uint64_t));
+      if (bytes > 0) std::memcpy(spec.block_starts.data(), info.ptr, bytes);
+    }
     std::shared_ptr<Upload> upload;
     {
       py::gil_scoped_release release;  // the checksum and a token refresh run without the GIL
@@ -139,7 +153,7 @@ void BindUploader(py::module_& m) {
            py::arg("max_backoff_s"), py::arg("deadline_s"), py::arg("connect_timeout_s"),
            py::arg("stall_timeout_s"), py::arg("token_source"), py::arg("credential_description"))
       .def("submit", &PyUploader::Submit, py::arg("bucket"), py::arg("object"), py::arg("data"),
-           py::arg("if_generation_match") = -1)
+           py::arg("if_generation_match") = -1, py::arg("block_starts") = py::none())
       .def("stats", &PyUploader::Stats)
       .def("close", &PyUploader::Close)
       .def_property_readonly("closed", &PyUploader::closed);

@@ -44,6 +44,8 @@ void RangeKind::Prepare(const DriverJob& job, EasyTransfer* transfer, std::strin
   const Fetch& fetch = batch.fetch(job.index);
   const ObjectRef& obj = batch.object_of(job.index);
   std::atomic<int64_t>& pin = batch.pin_of(job.index);
+  // A checked fetch resumes where its checksum state does (a whole block after a bad one).
+  st.received = st.writer.Resume(st.received);
   AttemptSetup setup;
   // Once the object's generation is known every GET asks for exactly it.
   setup.sent_generation = pin.load();
@@ -70,6 +72,16 @@ Judgement RangeKind::Judge(const DriverJob& job, const AttemptEnd& end) {
       outcome = transfer->Finish(end.code, obj.bucket, obj.object, options_.credential_description);
     }
     batch.state(job.index).received += transfer->received();
+  }
+  if (outcome.cause == kChecksumMismatch) {
+    // One re-fetch of the block (corruption in transit); a second mismatch is in the object.
+    FetchState& st = batch.state(job.index);
+    if (st.checksum_retries >= 1) {
+      outcome.verdict = Verdict::kFail;
+      outcome.message += ", again after re-fetching the block";
+    } else {
+      ++st.checksum_retries;
+    }
   }
   Judgement j;
   switch (outcome.verdict) {
@@ -103,13 +115,23 @@ void RangeKind::Deliver(Batch& batch, uint32_t fetch, const Outcome& outcome,
   for (const Piece& p : f.pieces) {
     if (f.offset + p.fetch_offset + p.length <= end) delivered += p.length;
   }
+  const FetchState& st = batch.state(fetch);
+  if (outcome.object_size > 0 && st.writer.verifies()) {
+    // The object ends before bytes its checksums cover: none of the fetch is trusted.
+    stats_->AddFailure();
+    RequestFailure shorter = Failure(outcome, st, f, "");
+    shorter.cause = kChecksumMismatch;
+    shorter.error = "the object is " + Grouped(outcome.object_size) +
+                    " bytes, shorter than its block checksums say " + Progress(f, st.received);
+    batch.FetchFailed(fetch, shorter);
+    return;
+  }
   stats_->AddBytesDelivered(delivered);
   if (outcome.object_size == 0) {
     batch.FetchSucceeded(fetch);
     return;
   }
   stats_->AddFailure();
-  const FetchState& st = batch.state(fetch);
   RequestFailure past_end = Failure(outcome, st, f, "");
   past_end.cause = "beyond_end";
   past_end.error = "reaches past the end of the object (size " + std::to_string(end) + " bytes) " +
@@ -136,6 +158,7 @@ RequestFailure RangeKind::Failure(const Outcome& outcome, const FetchState& st, 
   r.offset_reached = f.offset + st.received;
   r.pinned_generation = outcome.pinned_generation;
   r.seen_generation = outcome.seen_generation;
+  if (outcome.cause == kChecksumMismatch) r.checksum = st.writer.mismatch();
   return r;
 }
 

@@ -26,13 +26,23 @@ struct Span {
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
+const BlockSums* SumsOf(const std::vector<const BlockSums*>& sums, uint32_t object_id) {
+  return object_id < sums.size() ? sums[object_id] : nullptr;
+}
+
 std::vector<Span> BuildSpans(const std::vector<RangeSpec>& ranges,
-                             const std::vector<uint32_t>& order, uint64_t gap) {
+                             const std::vector<uint32_t>& order, uint64_t gap,
+                             const std::vector<const BlockSums*>& sums) {
   std::vector<Span> spans;
   for (size_t i = 0; i < order.size(); ++i) {
     const RangeSpec& r = ranges[order[i]];
-    const uint64_t begin = r.offset;
-    const uint64_t end = r.offset + r.length;
+    uint64_t begin = r.offset;
+    uint64_t end = r.offset + r.length;
+    if (const BlockSums* b = SumsOf(sums, r.object_id)) {
+      // Whole blocks: ascending offsets keep the widened begins ascending.
+      begin = b->starts[b->BlockAt(begin)];
+      end = b->BlockEnd(b->BlockAt(end - 1));
+    }
     bool join = !spans.empty() && spans.back().object_id == r.object_id &&
                 (begin <= spans.back().end || begin - spans.back().end <= gap);
     if (!join) {
@@ -53,7 +63,9 @@ std::vector<Span> BuildSpans(const std::vector<RangeSpec>& ranges,
 
 // Cuts a span into fetches of at most ~chunk_bytes that start and end on needed bytes, so no
 // fetch is made of gap alone.
-void SplitSpan(const Span& s, uint64_t chunk_bytes, std::vector<Fetch>* out) {
+// With block checksums (`blocks`), cuts move up to the next block start.
+void SplitSpan(const Span& s, uint64_t chunk_bytes, const BlockSums* blocks,
+               std::vector<Fetch>* out) {
   const uint64_t len = s.end - s.begin;
   const uint64_t parts = CeilDiv(len, chunk_bytes);
   const uint64_t target = CeilDiv(len, parts);
@@ -61,6 +73,7 @@ void SplitSpan(const Span& s, uint64_t chunk_bytes, std::vector<Fetch>* out) {
   uint64_t cursor = s.begin;
   while (true) {
     uint64_t end = (s.end - cursor <= target) ? s.end : cursor + target;
+    if (blocks != nullptr && end < s.end) end = std::min(blocks->StartAtOrAfter(end), s.end);
     while (k + 1 < s.needed.size() && s.needed[k + 1].begin < end) ++k;
     end = std::min(end, s.needed[k].end);
     Fetch f;
@@ -110,7 +123,8 @@ uint64_t EffectiveChunkBytes(const PlanOptions& options, uint64_t span_bytes) {
   return std::clamp(share, std::max<uint64_t>(floor, 1), options.chunk_bytes);
 }
 
-Plan PlanFetches(const std::vector<RangeSpec>& ranges, const PlanOptions& options) {
+Plan PlanFetches(const std::vector<RangeSpec>& ranges, const PlanOptions& options,
+                 const std::vector<const BlockSums*>& sums) {
   if (options.chunk_bytes == 0) throw std::invalid_argument("chunk_bytes must be >= 1");
   Plan plan;
   plan.pieces_per_request.assign(ranges.size(), 0);
@@ -123,6 +137,13 @@ Plan PlanFetches(const std::vector<RangeSpec>& ranges, const PlanOptions& option
                                   std::to_string(r.offset) + " + length " +
                                   std::to_string(r.length) + " overflows 64 bits");
     }
+    const BlockSums* b = SumsOf(sums, r.object_id);
+    if (b != nullptr && r.length > 0 && r.offset + r.length > b->size) {
+      throw std::invalid_argument(
+          "request " + std::to_string(i) + ": bytes " + std::to_string(r.offset) + "-" +
+          std::to_string(r.offset + r.length - 1) +
+          " reach past the object's checksummed size of " + std::to_string(b->size) + " bytes");
+    }
     if (r.length > 0) order.push_back(static_cast<uint32_t>(i));
   }
   std::sort(order.begin(), order.end(), [&ranges](uint32_t a, uint32_t b) {
@@ -133,7 +154,7 @@ Plan PlanFetches(const std::vector<RangeSpec>& ranges, const PlanOptions& option
     return a < b;
   });
 
-  const std::vector<Span> spans = BuildSpans(ranges, order, options.coalesce_gap_bytes);
+  const std::vector<Span> spans = BuildSpans(ranges, order, options.coalesce_gap_bytes, sums);
   uint64_t span_bytes = 0;
   for (const Span& s : spans) {
     const uint64_t len = s.end - s.begin;
@@ -142,7 +163,7 @@ Plan PlanFetches(const std::vector<RangeSpec>& ranges, const PlanOptions& option
   const uint64_t chunk = EffectiveChunkBytes(options, span_bytes);
   for (const Span& s : spans) {
     const size_t first = plan.fetches.size();
-    SplitSpan(s, chunk, &plan.fetches);
+    SplitSpan(s, chunk, SumsOf(sums, s.object_id), &plan.fetches);
     AssignPieces(ranges, order, s, first, plan.fetches.size(), &plan.fetches,
                  &plan.pieces_per_request);
   }

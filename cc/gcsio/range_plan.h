@@ -2,13 +2,16 @@
 //
 // Ranges of one object whose gap is <= coalesce_gap_bytes share one fetch; a fetch longer than
 // chunk_bytes is split into near-equal parts so they can run in parallel. Each fetch carries the
-// pieces that scatter its body into the callers' destinations.
+// pieces that scatter its body into the callers' destinations. For an object with block
+// checksums (block_sums.h) every range is first widened to whole blocks and fetches are cut only
+// at block starts, so each fetch body is a run of whole blocks its ScatterWriter can check.
 #ifndef CC_GCSIO_RANGE_PLAN_H_
 #define CC_GCSIO_RANGE_PLAN_H_
 
 #include <cstdint>
 #include <vector>
 
+#include "cc/gcsio/block_sums.h"
 #include "cc/gcsio/defaults.h"
 
 namespace gcsio {
@@ -60,9 +63,12 @@ struct Plan {
   std::vector<uint32_t> pieces_per_request;
 };
 
-// Plans fetches for `ranges` (any order; overlaps and zero lengths allowed).
-// Throws std::invalid_argument if chunk_bytes is 0 or a range's end overflows 64 bits.
-Plan PlanFetches(const std::vector<RangeSpec>& ranges, const PlanOptions& options);
+// Plans fetches for `ranges` (any order; overlaps and zero lengths allowed). `sums[object_id]`,
+// when present and not null, are that object's block checksums: its ranges are widened to whole
+// blocks. Throws std::invalid_argument if chunk_bytes is 0, a range's end overflows 64 bits, or
+// a range of a checksummed object reaches past its checksummed size.
+Plan PlanFetches(const std::vector<RangeSpec>& ranges, const PlanOptions& options,
+                 const std::vector<const BlockSums*>& sums = {});
 
 }  // namespace gcsio
 

@@ -222,5 +222,40 @@ TEST(RangePlanTest, RandomPlansReproduceEveryRange) {
   }
 }
 
+// Blocks of 100 bytes, the last of 50: reads of a checksummed object cover whole blocks, and a
+// split cuts only at block starts.
+TEST(RangePlanTest, ChecksummedObjectsAreReadInWholeBlocks) {
+  BlockSums sums;
+  sums.size = 1050;
+  for (uint64_t s = 0; s < 1050; s += 100) sums.starts.push_back(s);
+  sums.crcs.assign(sums.starts.size(), 0);
+  PlanOptions o;
+  o.coalesce_gap_bytes = 0;
+  o.chunk_bytes = 250;
+  const Plan p = PlanFetches({{0, 130, 20}, {0, 1010, 40}, {1, 130, 20}}, o, {&sums, nullptr});
+  ASSERT_EQ(p.fetches.size(), 3u);
+  EXPECT_EQ(p.fetches[0].offset, 100u);  // [130, 150) widened to its block
+  EXPECT_EQ(p.fetches[0].length, 100u);
+  ASSERT_EQ(p.fetches[0].pieces.size(), 1u);
+  EXPECT_EQ(p.fetches[0].pieces[0].fetch_offset, 30u);
+  EXPECT_EQ(p.fetches[0].pieces[0].length, 20u);
+  EXPECT_EQ(p.fetches[1].offset, 1000u);  // the short last block
+  EXPECT_EQ(p.fetches[1].length, 50u);
+  EXPECT_EQ(p.fetches[2].offset, 130u);  // the other object has no checksums
+  EXPECT_EQ(p.fetches[2].length, 20u);
+
+  // 50-1049 needs blocks 0-10 (1,050 bytes): cuts of ~250 move up to block starts.
+  const Plan split = PlanFetches({{0, 50, 1000}}, o, {&sums});
+  uint64_t next = 0;
+  for (const Fetch& f : split.fetches) {
+    EXPECT_EQ(f.offset, next);
+    EXPECT_EQ(f.offset % 100, 0u);
+    next = f.offset + f.length;
+  }
+  EXPECT_EQ(next, 1050u);
+  EXPECT_GT(split.fetches.size(), 1u);
+  EXPECT_THROW(PlanFetches({{0, 1000, 51}}, o, {&sums}), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace gcsio

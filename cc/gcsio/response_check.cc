@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 
 #include "cc/gcsio/http_text.h"
 #include "cc/gcsio/retry_policy.h"
@@ -51,6 +52,14 @@ std::string RangeText(const AttemptRange& r) {
 }
 
 }  // namespace
+
+std::string ChecksumMessage(uint64_t offset, uint64_t length, uint32_t expected,
+                            uint32_t computed) {
+  char crcs[64];
+  std::snprintf(crcs, sizeof(crcs), "expected 0x%08x, computed 0x%08x", expected, computed);
+  return "CRC-32C mismatch in bytes " + std::to_string(offset) + "-" +
+         std::to_string(offset + length - 1) + " (block of " + Grouped(length) + " bytes): " + crcs;
+}
 
 Outcome MakeOutcome(Verdict verdict, std::string cause, long status, std::string message) {
   Outcome o;

@@ -31,6 +31,13 @@ Outcome MakeOutcome(Verdict verdict, std::string cause, long status, std::string
 // The cause of every failure that means "the object was replaced while it was being read".
 inline constexpr const char* kGenerationChanged = "generation_changed";
 
+// The cause of a block whose bytes do not match the CRC-32C recorded when it was saved.
+inline constexpr const char* kChecksumMismatch = "crc32c_mismatch";
+
+// "CRC-32C mismatch in bytes 1048576-2097151 (block of 1,048,576 bytes): expected 0x1a2b3c4d,
+// computed 0x5e6f7a8b".
+std::string ChecksumMessage(uint64_t offset, uint64_t length, uint32_t expected, uint32_t computed);
+
 struct ContentRange {
   bool valid = false;
   bool unsatisfied = false;  // "bytes */N" (416 answers)

@@ -4,9 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "cc/gcsio/crc32c.h"
 #include "cc/gcsio/range_plan.h"
 
 namespace gcsio {
@@ -114,6 +116,49 @@ TEST(ScatterWriterTest, SplitRequestLandsAtItsDestinationOffsets) {
   for (uint64_t i = 0; i < 30 + kGuard; ++i) {
     EXPECT_EQ(dest[i], i < 30 ? BodyByte(i) : kUntouched) << "@" << i;
   }
+}
+
+// A 300-byte object in blocks of 100: every block is checked as it streams in; a bad block
+// stops the writer, and the retry starts at that block's first byte.
+TEST(ScatterWriterTest, ChecksBlocksAndResumesAtABadBlock) {
+  std::vector<uint8_t> object(300);
+  for (size_t i = 0; i < object.size(); ++i) object[i] = static_cast<uint8_t>(i * 7 + 3);
+  BlockSums sums;
+  sums.size = 300;
+  sums.starts = {0, 100, 200};
+  for (uint64_t s : sums.starts) sums.crcs.push_back(Crc32c(object.data() + s, 100));
+  Fetch f;
+  f.offset = 0;
+  f.length = 300;
+  f.pieces = {{0, 50, 0, 200}};  // the request wants bytes 50-249
+  std::vector<uint8_t> dest(200, kUntouched);
+  std::vector<uint8_t*> dests = {dest.data()};
+
+  ScatterWriter good(&f, &dests, &sums);
+  for (size_t pos = 0; pos < 300; pos += 37) {
+    const size_t n = std::min<size_t>(37, 300 - pos);
+    ASSERT_TRUE(good.Write(pos, object.data() + pos, n)) << "at " << pos;
+  }
+  EXPECT_EQ(std::vector<uint8_t>(object.begin() + 50, object.begin() + 250), dest);
+
+  std::vector<uint8_t> flipped(object);
+  flipped[150] ^= 0x01;
+  ScatterWriter bad(&f, &dests, &sums);
+  ASSERT_TRUE(bad.Write(0, flipped.data(), 120));
+  EXPECT_FALSE(bad.Write(120, flipped.data() + 120, 100));
+  EXPECT_EQ(bad.mismatch().offset, 100u);
+  EXPECT_EQ(bad.mismatch().length, 100u);
+  EXPECT_EQ(bad.mismatch().expected, sums.crcs[1]);
+  EXPECT_EQ(bad.mismatch().computed, Crc32c(flipped.data() + 100, 100));
+  EXPECT_EQ(bad.Resume(120), 100u);  // the bad block again, whole
+  ASSERT_TRUE(bad.Write(100, object.data() + 100, 200));
+  EXPECT_EQ(std::vector<uint8_t>(object.begin() + 50, object.begin() + 250), dest);
+
+  // A retry after a dropped connection mid-block continues where the bytes stopped.
+  ScatterWriter cut(&f, &dests, &sums);
+  ASSERT_TRUE(cut.Write(0, object.data(), 130));
+  EXPECT_EQ(cut.Resume(130), 130u);
+  ASSERT_TRUE(cut.Write(130, object.data() + 130, 170));
 }
 
 }  // namespace

@@ -46,7 +46,9 @@ Judgement FailWith(const std::string& cause, long status, std::string message) {
 
 DriverJob UploadKind::Job(const std::shared_ptr<Upload>& upload) {
   upload->progress_.size = upload->spec_.payload.size();
-  upload->progress_.crc32c = upload->spec_.payload.Crc32c();
+  // One pass over the bytes gives the block checksums and the object's CRC-32C.
+  upload->progress_.crc32c =
+      upload->spec_.payload.BlockCrc32c(upload->spec_.block_starts, &upload->progress_.block_crcs);
   return DriverJob{this, upload, 0, {}};
 }
 

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cc/gcsio/block_sums.h"
 #include "cc/gcsio/crc32c.h"
 
 namespace gcsio {
@@ -46,6 +47,39 @@ uint32_t UploadPayload::Crc32c() const {
   uint32_t crc = 0;
   for (const UploadSpan& s : spans_) crc = gcsio::Crc32c(s.data, s.size, crc);
   return crc;
+}
+
+uint32_t UploadPayload::BlockCrc32c(const std::vector<uint64_t>& starts,
+                                    std::vector<uint32_t>* block_crcs) const {
+  block_crcs->clear();
+  if (starts.empty()) return Crc32c();
+  BlockSums layout{size_, starts, {}};
+  layout.crcs.resize(starts.size());
+  const std::string problem = layout.Problem();
+  if (!problem.empty()) throw std::invalid_argument("upload block checksums: " + problem);
+  block_crcs->reserve(starts.size());
+  uint32_t whole = 0;
+  size_t span = 0;
+  uint64_t span_pos = 0;  // bytes of spans_[span] already read
+  for (size_t b = 0; b < starts.size(); ++b) {
+    uint64_t left = layout.BlockEnd(b) - starts[b];
+    const uint64_t block_len = left;
+    uint32_t crc = 0;
+    while (left > 0) {
+      const UploadSpan& s = spans_[span];
+      const uint64_t take = std::min(left, s.size - span_pos);
+      crc = gcsio::Crc32c(s.data + span_pos, take, crc);
+      left -= take;
+      span_pos += take;
+      if (span_pos == s.size) {
+        ++span;
+        span_pos = 0;
+      }
+    }
+    block_crcs->push_back(crc);
+    whole = b == 0 ? crc : Crc32cCombine(whole, crc, block_len);
+  }
+  return whole;
 }
 
 }  // namespace gcsio

@@ -32,6 +32,14 @@ class UploadPayload {
   // CRC-32C of the whole object (chained over the spans, crc32c.h).
   uint32_t Crc32c() const;
 
+  // CRC-32C of each block [starts[i], starts[i + 1]) (the last ends at size()) into `block_crcs`,
+  // in one pass over the bytes; returns the whole object's CRC-32C (joined from the blocks'
+  // with Crc32cCombine). `starts` must be ascending, start at 0 and lie below size() (a
+  // block_sums.h BlockSums); empty: no blocks, the same as Crc32c(). Throws
+  // std::invalid_argument naming the bad start.
+  uint32_t BlockCrc32c(const std::vector<uint64_t>& starts,
+                       std::vector<uint32_t>* block_crcs) const;
+
  private:
   std::vector<UploadSpan> spans_;
   std::vector<uint64_t> starts_;  // object offset of each span's first byte (ascending)

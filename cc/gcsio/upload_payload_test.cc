@@ -69,5 +69,26 @@ TEST(UploadPayloadTest, ANullSpanWithBytesIsRefusedNamingIt) {
   }
 }
 
+TEST(UploadPayloadTest, BlockChecksumsAreThoseOfEachBlockAcrossSpans) {
+  std::vector<uint8_t> a(700), b(300), c(1);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i * 3);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 5 + 1);
+  c[0] = 9;
+  UploadPayload payload({{a.data(), a.size()}, {b.data(), b.size()}, {c.data(), c.size()}});
+  std::vector<uint8_t> whole(a);
+  whole.insert(whole.end(), b.begin(), b.end());
+  whole.insert(whole.end(), c.begin(), c.end());
+  const std::vector<uint64_t> starts = {0, 10, 650, 1000};  // blocks across span boundaries
+  std::vector<uint32_t> crcs;
+  EXPECT_EQ(payload.BlockCrc32c(starts, &crcs), Crc32c(whole.data(), whole.size()));
+  ASSERT_EQ(crcs.size(), 4u);
+  EXPECT_EQ(crcs[0], Crc32c(whole.data(), 10));
+  EXPECT_EQ(crcs[1], Crc32c(whole.data() + 10, 640));
+  EXPECT_EQ(crcs[2], Crc32c(whole.data() + 650, 350));
+  EXPECT_EQ(crcs[3], Crc32c(whole.data() + 1000, 1));
+  EXPECT_THROW(payload.BlockCrc32c({0, 1001}, &crcs), std::invalid_argument);
+  EXPECT_THROW(payload.BlockCrc32c({5}, &crcs), std::invalid_argument);
+}
+
 }  // namespace
 }  // namespace gcsio

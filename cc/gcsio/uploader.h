@@ -55,6 +55,9 @@ struct UploadSpec {
   // unchanged until the upload finished (a single buffer is one span).
   UploadPayload payload;
   int64_t if_generation_match = -1;  // -1: none; 0: only if absent; G: only over generation G
+  // Block starts (bytes, ascending from 0, block_sums.h) whose CRC-32C each is returned in
+  // UploadResult::block_crcs; empty: none.
+  std::vector<uint64_t> block_starts;
 };
 
 // What became of one upload.
@@ -62,17 +65,18 @@ struct UploadResult {
   bool ok = false;
   int64_t generation = 0;  // of the new object
   uint64_t size = 0;
-  uint32_t crc32c = 0;        // of the bytes sent (equal to the server's when ok)
-  int requests = 0;           // HTTP requests made for it
-  int attempts = 0;           // attempts of the request it ended on
-  int retries = 0;            // failed attempts that were retried
-  int status_queries = 0;     // `bytes */total` queries
-  int restarts = 0;           // new sessions after an expired one
-  uint64_t resent_bytes = 0;  // bytes sent again after a retry (already sent once)
-  uint64_t committed = 0;     // bytes the server confirmed holding (offset reached)
-  long status = 0;            // HTTP status of the last answer, 0 if none
-  std::string cause;          // failure: e.g. kPreconditionFailed, kCrc32cMismatch, "http_503"
-  std::string error;          // failure: names gs://bucket/object, offset, attempts; no token
+  uint32_t crc32c = 0;               // of the bytes sent (equal to the server's when ok)
+  std::vector<uint32_t> block_crcs;  // CRC-32C of each block of UploadSpec::block_starts
+  int requests = 0;                  // HTTP requests made for it
+  int attempts = 0;                  // attempts of the request it ended on
+  int retries = 0;                   // failed attempts that were retried
+  int status_queries = 0;            // `bytes */total` queries
+  int restarts = 0;                  // new sessions after an expired one
+  uint64_t resent_bytes = 0;         // bytes sent again after a retry (already sent once)
+  uint64_t committed = 0;            // bytes the server confirmed holding (offset reached)
+  long status = 0;                   // HTTP status of the last answer, 0 if none
+  std::string cause;  // failure: e.g. kPreconditionFailed, kCrc32cMismatch, "http_503"
+  std::string error;  // failure: names gs://bucket/object, offset, attempts; no token
 };
 
 class UploadKind;
