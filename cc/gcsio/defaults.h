@@ -35,7 +35,11 @@ inline constexpr int kMaxInflightUploads = 16;                // upload requests
 inline constexpr uint64_t kUploadInflightBytes = 1ULL << 30;  // chunk bytes of running PUTs
 // Longest PUT: a 256 KiB multiple (GCS's chunk rule), larger than an object, so one PUT each.
 inline constexpr uint64_t kUploadChunkBytes = 64ULL << 20;
-inline constexpr uint64_t kUploadObjectBytes = 16ULL << 20;    // writer: tensor bytes per object
+inline constexpr uint64_t kUploadObjectBytes = 16ULL << 20;  // writer: tensor bytes per object
+// Writer: the longest block of a data object's CRC-32C block checksums (block_sums.h); items are
+// blocks of their own below it. A partial read widens by less than one block at each end, and
+// .metadata grows by 12 bytes per block (docs/measurements.md, "Block checksums").
+inline constexpr uint64_t kChecksumBlockBytes = 1ULL << 20;
 inline constexpr uint64_t kUploadStagingBytes = 256ULL << 20;  // writer: serialized bytes held
 
 // Timeouts (seconds).

@@ -48,6 +48,7 @@ PYBIND11_MODULE(_gcsio, m) {
   defaults["upload_chunk_bytes"] = d::kUploadChunkBytes;
   defaults["upload_object_bytes"] = d::kUploadObjectBytes;
   defaults["upload_staging_bytes"] = d::kUploadStagingBytes;
+  defaults["checksum_block_bytes"] = d::kChecksumBlockBytes;
   defaults["token_unknown_ttl_s"] = d::kTokenUnknownTtlS;
   m.attr("DEFAULTS") = defaults;
   gcsio::RegisterRetryRules(m);  // retryable statuses, RetryPolicy and chunk validation

@@ -141,8 +141,11 @@ void RangeKind::Deliver(Batch& batch, uint32_t fetch, const Outcome& outcome,
 
 void RangeKind::Fail(const DriverJob& job, const Outcome& outcome, const std::string& why_not) {
   Batch& batch = BatchOf(job);
-  batch.FetchFailed(job.index,
-                    Failure(outcome, batch.state(job.index), batch.fetch(job.index), why_not));
+  RequestFailure failure =
+      Failure(outcome, batch.state(job.index), batch.fetch(job.index), why_not);
+  // The version the bytes were read at (named by checksum failures).
+  if (failure.pinned_generation == 0) failure.pinned_generation = batch.pin_of(job.index).load();
+  batch.FetchFailed(job.index, failure);
 }
 
 void RangeKind::Drop(const DriverJob& job, bool) { BatchOf(job).FetchDropped(job.index); }

@@ -48,6 +48,7 @@ bool ScatterWriter::Write(uint64_t fetch_pos, const uint8_t* data, size_t n) {
       const uint64_t start = sums_->starts[block_];
       mismatch_ = ChecksumMismatch{block_, start, sums_->BlockEnd(block_) - start, expected, crc_};
       StartBlockAt(start - fetch_->offset);  // the next attempt reads this block again
+      cursor_ = 0;                           // and writes its pieces again
       return false;
     }
     if (pos >= fetch_->length) {

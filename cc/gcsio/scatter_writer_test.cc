@@ -154,6 +154,15 @@ TEST(ScatterWriterTest, ChecksBlocksAndResumesAtABadBlock) {
   ASSERT_TRUE(bad.Write(100, object.data() + 100, 200));
   EXPECT_EQ(std::vector<uint8_t>(object.begin() + 50, object.begin() + 250), dest);
 
+  // A bad block that arrived in one piece from the fetch's start: the retry rewrites it too.
+  std::vector<uint8_t> first(object);
+  first[60] ^= 0x01;
+  ScatterWriter again(&f, &dests, &sums);
+  EXPECT_FALSE(again.Write(0, first.data(), 300));
+  EXPECT_EQ(again.Resume(0), 0u);
+  ASSERT_TRUE(again.Write(0, object.data(), 300));
+  EXPECT_EQ(std::vector<uint8_t>(object.begin() + 50, object.begin() + 250), dest);
+
   // A retry after a dropped connection mid-block continues where the bytes stopped.
   ScatterWriter cut(&f, &dests, &sums);
   ASSERT_TRUE(cut.Write(0, object.data(), 130));

@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.planner import LoadPlan, LoadPlanner
 from torch.distributed.checkpoint.storage import StorageReader
 from torch.futures import Future
 
+from gcsckpt.dcp import checksums
 from gcsckpt.dcp.gc_control import HeapFreeze, collector_paused
 from gcsckpt.dcp.load.decode import Decoder
 from gcsckpt.dcp.load.errors import LoadErrors
@@ -96,6 +97,12 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             coordinator's storage_data (DefaultLoadPlanner, GCSLoadPlanner). False: each rank
             fetches all its ranges. No effect without a process group (no_dist).
         process_group: the group `dcp.load` was given (None: the default group).
+        verify: check every byte of objects that have block checksums (what GCSStorageWriter
+            saves; `gcsckpt.dcp.checksums`) against its block's CRC-32C before committing it
+            (default True). A block that does not match is fetched once more, then the load
+            fails with CheckpointReadError naming rank, object, generation, byte range,
+            expected and computed CRC-32C. Objects without checksums (stock or peer saves)
+            load unverified; `load_stats.bytes_verified` / `bytes_unverified` count both.
 
     After each load, `load_stats` (a LoadStats) holds this rank's counters. `read_data` closes
     the range reader and the `.metadata`/listing client when it ends (their sockets and threads
@@ -124,6 +131,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         check_commit_order: bool = True,
         read_once: bool = DEFAULT_READ_ONCE,
         process_group=None,
+        verify: bool = True,
     ) -> None:
         super().__init__()
         self.location: CheckpointLocation | None = None
@@ -158,6 +166,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         self.check_commit_order = check_commit_order
         self.read_once = read_once
         self.process_group = process_group
+        self.verify = verify
+        self._checksums: dict = {}  # relative path -> checksums.ObjectRecord
         self._metadata_name = METADATA_NAME
         self._metadata_generation: int | None = None
         self._heap = HeapFreeze()
@@ -210,6 +220,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             raise ValueError(f"{self._location().url(METADATA_NAME)}: storage_data is missing")
         self.metadata = metadata
         self.storage_data = metadata.storage_data
+        self._checksums = checksums.records_of(metadata) if self.verify else {}
         rank = kwargs.get("rank")
         if rank is None:
             rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
@@ -273,7 +284,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
                 pins = self._pins(self._paths(plan))
             check_metadata_read(pins, self._metadata_name, self._metadata_generation, errors)
             stats.pinned_objects = len(pins.objects)
-            ranges = CheckpointRanges(reader, self._location(), stats, pins.objects)
+            sums = self._block_sums(plan, pins, errors)
+            ranges = CheckpointRanges(reader, self._location(), stats, pins.objects, sums)
             with collector_paused() if self.tune_gc else contextlib.nullcontext():
                 fetch_plan = plan_fetches(
                     plan.items, self.metadata, planner.resolve_tensor, ranges, errors
@@ -329,6 +341,28 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
                 self.endpoint, token_provider=self.token_provider, **self._store_options
             )
         return self._store
+
+    def _block_sums(self, plan: LoadPlan, pins: Pins, errors: LoadErrors) -> dict:
+        """BlockSums of the objects `plan` reads that have checksums. An object whose listed
+        size differs from the size its checksums were recorded for is not the object that was
+        saved (CheckpointReadError)."""
+        if not self._checksums:
+            return {}
+        try:
+            sums = checksums.block_sums(self._checksums, self._paths(plan))
+        except ValueError as e:
+            raise errors.at(METADATA_NAME, 0, 0, str(e)) from None
+        for path, block_sums in sums.items():
+            listed = pins.sizes.get(path)
+            if listed is not None and listed != block_sums.size:
+                raise errors.at(
+                    path,
+                    0,
+                    0,
+                    f"object is {listed} bytes, but {block_sums.size} bytes were saved and"
+                    " checksummed: not the object this checkpoint committed",
+                )
+        return sums
 
     def _paths(self, plan: LoadPlan) -> set[str]:
         """Relative paths of the data objects `plan` reads."""

@@ -157,6 +157,9 @@ class SegmentedStream:
         self.referenced = 0
         self.copied = 0
         self.reserved = 0  # bytes taken from the budget (>= copied)
+        # Every position torch's loop asked for (`_write_item` asks at each item's start and
+        # end): the item boundaries of the object's block checksums.
+        self.boundaries: list[int] = []
 
     def write(self, data) -> int:
         """Appends ``data`` (a buffer) by reference or as a copy; returns its length in bytes.
@@ -194,6 +197,7 @@ class SegmentedStream:
             self.reserved += step
 
     def tell(self) -> int:
+        self.boundaries.append(self.length)
         return self.length
 
     def writable(self) -> bool:

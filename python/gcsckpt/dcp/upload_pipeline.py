@@ -12,6 +12,10 @@ Tensor bytes are sent from tensor memory, not copied: ``torch.save`` writes each
 (records, clones, GPU tensors' CPU copies, transformed bytes) is copied into small segments,
 bounded by ``staging_bytes``. Why that is safe: see ``UploadPipeline``. Why 32 KiB, and the
 before/after figures: docs/measurements.md, "Save".
+
+Each object's block checksums (``gcsckpt.dcp.checksums``: blocks at item boundaries and every
+``checksum_block_bytes``) are computed by the uploader in the pass that checksums the object;
+``checksums`` holds their records once ``run`` returns.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from torch.distributed.checkpoint.filesystem import (
 from torch.distributed.checkpoint.planner import SavePlanner, WriteItem, WriteItemType
 from torch.distributed.checkpoint.storage import WriteResult
 
+from gcsckpt.dcp.checksums import ObjectRecord, block_starts
 from gcsckpt.dcp.segments import (
     HeldTensors,
     HoldingPlanner,
@@ -70,6 +75,8 @@ class _Submitted:
     handle: object
     stream: SegmentedStream
     held: HeldTensors
+    name: str  # relative path
+    starts: object  # block starts (uint64 array) or None
 
     def release(self, budget: StagingBudget) -> None:
         self.handle.cancel()  # a no-op once done; on return no request reads the spans
@@ -109,9 +116,11 @@ class UploadPipeline:
         uploader: the Uploader. bucket: the checkpoint's bucket. object_name: relative object
             path -> full object name. staging_bytes: budget of copied bytes held at once
             (bytes). planner, transforms, serialization_format, copy_ahead_bytes: what torch's
-            loop takes (``_FileSystemWriter``'s fields).
+            loop takes (``_FileSystemWriter``'s fields). checksum_block_bytes: longest block
+            of the block checksums (bytes); 0: none are computed.
 
-    After ``run``, ``stats`` (a SaveStats) counts the bytes sent by reference and copied.
+    After ``run``, ``stats`` (a SaveStats) counts the bytes sent by reference and copied, and
+    ``checksums`` maps each relative object path to its record (``checksums.ObjectRecord``).
     """
 
     def __init__(
@@ -124,6 +133,7 @@ class UploadPipeline:
         transforms,
         serialization_format: SerializationFormat,
         copy_ahead_bytes: int,
+        checksum_block_bytes: int = 0,
     ) -> None:
         self._uploader = uploader
         self._bucket = bucket
@@ -134,7 +144,9 @@ class UploadPipeline:
         self._format = serialization_format
         self._copy_ahead = copy_ahead_bytes
         self._submitted: queue.Queue = queue.Queue()
+        self._block_bytes = int(checksum_block_bytes)
         self.stats = SaveStats()
+        self.checksums: dict[str, ObjectRecord] = {}
 
     def run(self, objects: list[tuple[str, list[WriteItem]]]) -> tuple[list, list[UploadResult]]:
         """Writes every object; returns (WriteResults of all items, UploadResult per object in
@@ -160,7 +172,14 @@ class UploadPipeline:
                 if isinstance(entry, BaseException):
                     raise entry
                 try:
-                    uploads.append(entry.handle.wait())
+                    result = entry.handle.wait()
+                    uploads.append(result)
+                    if entry.starts is not None:
+                        self.checksums[entry.name] = (
+                            result.size,
+                            entry.starts.tobytes(),
+                            result.block_crcs,
+                        )
                 finally:
                     entry.release(self._budget)
         finally:
@@ -204,7 +223,12 @@ class UploadPipeline:
             self._budget.release(stream.reserved - stream.copied)
             stream.reserved = stream.copied
             self._budget.check()  # no new upload once the pipeline stopped
-            handle = self._uploader.submit(self._bucket, self._object_name(name), stream.segments)
+            starts = None
+            if self._block_bytes > 0:
+                starts = block_starts(stream.boundaries, stream.length, self._block_bytes)
+            handle = self._uploader.submit(
+                self._bucket, self._object_name(name), stream.segments, block_starts=starts
+            )
         except BaseException:
             stream.release()
             (held or self._planner.take()).clear()
@@ -215,7 +239,7 @@ class UploadPipeline:
         s.spans += len(stream.segments)
         s.bytes_referenced += stream.referenced
         s.bytes_copied += stream.copied
-        self._submitted.put(_Submitted(handle, stream, held))
+        self._submitted.put(_Submitted(handle, stream, held, name, starts))
 
     def _cancel_queued(self) -> None:
         while True:

@@ -38,7 +38,7 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from gcsckpt.dcp import engines
+from gcsckpt.dcp import checksums, engines
 from gcsckpt.dcp.background import lower_thread_priority
 from gcsckpt.dcp.commit import CheckpointExistsError, SaveObjects
 from gcsckpt.dcp.metadata_codec import dump_metadata
@@ -93,6 +93,11 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             (async_save's upload thread) or the writer was unpickled (torch's checkpoint
             process, which only saves), so its
             serializer and the C++ uploader threads it starts run at background priority.
+        checksum_block_bytes: the longest block of the CRC-32C block checksums committed with
+            every data object (bytes, default CHECKSUM_BLOCK_BYTES, 1 MiB; items shorter than
+            this are blocks of their own; see `gcsckpt.dcp.checksums`), which every
+            GCSStorageReader load checks; 0 saves none (loads then report the bytes
+            unverified).
         _extensions: torch write-side stream transforms (`StreamTransformExtension`s, e.g.
             `torch.distributed.checkpoint._extension.ZStandard`) applied to every item, as
             torch's FileSystemWriter(_extensions=...) does; loading needs a reader that knows them
@@ -129,10 +134,16 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         staging_bytes: int = defaults.UPLOAD_STAGING_BYTES,
         max_inflight_uploads: int = defaults.MAX_INFLIGHT_UPLOADS,
         background_nice: int | None = None,
+        checksum_block_bytes: int = defaults.CHECKSUM_BLOCK_BYTES,
         _extensions: Sequence[StreamTransformExtension] | None = None,
     ) -> None:
         if thread_count < 1:
             raise ValueError(f"thread_count must be >= 1, got {thread_count}")
+        if int(checksum_block_bytes) != checksum_block_bytes or checksum_block_bytes < 0:
+            raise ValueError(
+                f"checksum_block_bytes must be an int >= 0, got {checksum_block_bytes!r}"
+            )
+        self.checksum_block_bytes = int(checksum_block_bytes)
         for name, value in (
             ("object_bytes", object_bytes),
             ("staging_bytes", staging_bytes),
@@ -269,9 +280,11 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             self.transforms,
             self.serialization_format,
             self.per_thread_copy_ahead,
+            self.checksum_block_bytes,
         )
         self.save_stats = pipeline.stats
         written, self.uploads = pipeline.run(objects)
+        written = _with_checksums(written, pipeline.checksums)
         future: Future[list[WriteResult]] = Future()
         future.set_result(written)
         return future
@@ -285,8 +298,17 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
                 save's objects are deleted, best effort). ObjectStoreError: the upload failed.
         """
         metadata.version = CURRENT_DCP_VERSION
-        metadata.storage_data = {r.index: r.storage_data for rs in results for r in rs}
+        storage_data, records = {}, {}
+        for rs in results:
+            for r in rs:
+                info, record = checksums.strip(r.storage_data)
+                storage_data[r.index] = info
+                if record is not None:
+                    records[info.relative_path] = record
+        metadata.storage_data = storage_data
         metadata.storage_meta = self.storage_meta()
+        if records:
+            checksums.attach(metadata.storage_meta, records)
         ours = sorted({r.storage_data.relative_path for rs in results for r in rs})
         name = self._metadata_name(rank_zero=False)
         self._objects().commit(
@@ -361,6 +383,26 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         if self.use_collectives or self.rank is None:
             return METADATA_NAME
         return f"__{0 if rank_zero else self.rank}{METADATA_NAME}"
+
+
+def _with_checksums(written: list[WriteResult], records: dict) -> list[WriteResult]:
+    """The WriteResults with each object's checksum record on its first item's storage info
+    (`checksums.ChecksummedInfo`), to reach the coordinator's `finish`."""
+    out, pending = [], dict(records)
+    for r in written:
+        info = r.storage_data
+        record = pending.pop(info.relative_path, None)
+        if record is not None:
+            info = checksums.ChecksummedInfo(
+                info.relative_path,
+                info.offset,
+                info.length,
+                info.transform_descriptors,
+                object_checksums=record,
+            )
+            r = dataclasses.replace(r, storage_data=info)
+        out.append(r)
+    return out
 
 
 class _ContiguousTensors:

@@ -13,6 +13,7 @@ objects (``.metadata``), create-if-absent uploads, stat, list and delete. All re
 from gcsckpt.io.auth import GoogleAuthTokenProvider, default_token_provider
 from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
 from gcsckpt.io.errors import (
+    ChecksumMismatchError,
     ObjectChangedError,
     ObjectNotFoundError,
     RangeReadError,
@@ -21,12 +22,14 @@ from gcsckpt.io.errors import (
     UploadPreconditionError,
 )
 from gcsckpt.io.objects import ObjectInfo, ObjectStore, ObjectStoreError, StoredObject
-from gcsckpt.io.reader import RangeReader, ReadHandle
+from gcsckpt.io.reader import BlockSums, RangeReader, ReadHandle
 from gcsckpt.io.records import RangeRequest
 from gcsckpt.io.retry import RetryPolicy
 from gcsckpt.io.uploader import Uploader, UploadHandle, UploadResult, crc32c
 
 __all__ = [
+    "BlockSums",
+    "ChecksumMismatchError",
     "GoogleAuthTokenProvider",
     "ObjectChangedError",
     "ObjectInfo",

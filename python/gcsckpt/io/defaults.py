@@ -51,3 +51,5 @@ UPLOAD_CHUNK_BYTES: int = _TABLE["upload_chunk_bytes"]
 UPLOAD_OBJECT_BYTES: int = _TABLE["upload_object_bytes"]
 # Writer: copied (serialized) bytes a rank holds before they are uploaded: the save's extra memory.
 UPLOAD_STAGING_BYTES: int = _TABLE["upload_staging_bytes"]
+# Writer: longest block of the CRC-32C block checksums; partial reads widen by < 1 block per end.
+CHECKSUM_BLOCK_BYTES: int = _TABLE["checksum_block_bytes"]

@@ -12,6 +12,9 @@ from gcsckpt.io.redact import redact_value
 
 # The failure cause the engine reports when an object was replaced while it was being read.
 GENERATION_CHANGED = "generation_changed"
+# ... and when a block's bytes did not match their CRC-32C, also after one re-fetch (the same
+# cause an upload reports when the server's CRC-32C differs from the bytes sent).
+CRC32C_MISMATCH = "crc32c_mismatch"
 
 
 def after_attempts(attempts: int) -> str:
@@ -102,6 +105,14 @@ class ObjectChangedError(RangeReadError):
         return [f for f in self.failures if f.get("cause") == GENERATION_CHANGED]
 
 
+class ChecksumMismatchError(RangeReadError):
+    """Bytes of an object did not match the block CRC-32C recorded when it was saved, also
+    after one re-fetch of the block: the object's bytes differ from what was saved (or the
+    object is shorter than its checksums cover). Failures carry ``block_offset``,
+    ``block_length`` (bytes), ``expected_crc32c`` and ``computed_crc32c`` (ints) and
+    ``pinned_generation``; the destinations of the failed requests must not be used."""
+
+
 def make_error(failures: list[dict], total: int | None = None) -> RangeReadError:
     """The most specific error class for ``failures``.
 
@@ -109,6 +120,8 @@ def make_error(failures: list[dict], total: int | None = None) -> RangeReadError
     """
     if any(f.get("cause") == GENERATION_CHANGED for f in failures):
         return ObjectChangedError(failures, total=total)
+    if any(f.get("cause") == CRC32C_MISMATCH for f in failures):
+        return ChecksumMismatchError(failures, total=total)
     if failures and all(f["status"] == 404 for f in failures):
         return ObjectNotFoundError(failures, total=total)
     return RangeReadError(failures, total=total)
@@ -116,7 +129,6 @@ def make_error(failures: list[dict], total: int | None = None) -> RangeReadError
 
 # Failure causes of an upload the C++ uploader reports (cc/gcsio/upload_response.h).
 PRECONDITION_FAILED = "precondition_failed"
-CRC32C_MISMATCH = "crc32c_mismatch"
 
 
 class UploadError(IOError):

@@ -13,6 +13,12 @@ from gcsckpt.io.extension import _gcsio
 from gcsckpt.io.records import RangeRequest
 from gcsckpt.io.retry import RetryPolicy
 
+# The block checksums of one object: BlockSums(size, starts, crcs) with `size` in bytes, `starts`
+# the blocks' first bytes (little-endian uint64s from 0, ascending) and `crcs` their CRC-32Cs
+# (little-endian uint32s). Built once per object and passed as RangeRequest.checksums; raises
+# ValueError naming what is malformed. Made in C++ so a submit passes it by reference.
+BlockSums = _gcsio.BlockSums
+
 
 class ReadHandle:
     """Progress of one ``RangeReader.submit`` call.
@@ -111,6 +117,15 @@ class RangeReader(EngineFront):
     honoured". When a GET that coalesced several requests meets the object's end, only the
     requests reaching past the end fail; the others are delivered. Every error says how far
     the failed GET got (bytes received, offset reached) and names no credential.
+
+    Every byte checked, where the object has block checksums (``RangeRequest.checksums``, a
+    ``BlockSums``): its ranges are widened to whole blocks, and each block's CRC-32C is
+    computed in C++ as its bytes stream into the destinations (same pass, GIL released). A
+    block that does not match is fetched once more (corruption in transit); a second mismatch
+    fails the requests it serves with cause ``crc32c_mismatch`` and the failure names the
+    block's byte range, the expected and the computed CRC-32C (``block_offset``,
+    ``block_length``, ``expected_crc32c``, ``computed_crc32c``). A failed request's
+    destination may hold wrong bytes and must not be used.
 
     One version per object per submit: every GET of an object in one ``submit`` (all its
     coalesced and split parts, and their retries) reads one generation, the request's

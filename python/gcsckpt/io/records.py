@@ -21,6 +21,9 @@ class RangeRequest(NamedTuple):
             object in one submit asks for that generation and is checked against it (see
             ``RangeReader``). Requests of one object in one submit must not name different
             generations.
+        checksums: the object's block checksums (a ``BlockSums``), or None. With them every
+            GET of the object covers whole blocks and every block's CRC-32C is checked before
+            the request completes (see ``RangeReader``).
     """
 
     bucket: str
@@ -29,3 +32,4 @@ class RangeRequest(NamedTuple):
     length: int
     dest: Any
     generation: int | None = None
+    checksums: Any = None

@@ -34,7 +34,9 @@ class UploadResult(NamedTuple):
     """A finished upload: ``bucket``, ``object``, ``size`` (bytes), ``generation`` (int),
     ``crc32c`` (int, CRC-32C of the bytes, equal to the server's), ``requests`` (HTTP requests
     made), ``retries``, ``status_queries`` (committed-offset queries), ``restarts`` (new
-    sessions after an expired one), ``resent_bytes`` (bytes sent a second time)."""
+    sessions after an expired one), ``resent_bytes`` (bytes sent a second time), ``block_crcs``
+    (the CRC-32C of each block of ``submit(block_starts=...)``, little-endian uint32s; b""
+    without blocks)."""
 
     bucket: str
     object: str
@@ -46,6 +48,7 @@ class UploadResult(NamedTuple):
     status_queries: int
     restarts: int
     resent_bytes: int
+    block_crcs: bytes = b""
 
 
 def crc32c(data: Any, value: int = 0) -> int:
@@ -92,6 +95,7 @@ class UploadHandle:
             r["status_queries"],
             r["restarts"],
             r["resent_bytes"],
+            r["block_crcs"],
         )
 
     def done(self) -> bool:
@@ -187,6 +191,7 @@ class Uploader(EngineFront):
         data: Any,
         *,
         if_generation_match: int | None = None,
+        block_starts: Any = None,
     ) -> UploadHandle:
         """Starts uploading ``data`` as ``gs://bucket/object_name``; returns at once (after
         computing its CRC-32C).
@@ -197,6 +202,10 @@ class Uploader(EngineFront):
         alive and unchanged until the handle is done (the handle holds a reference to each
         buffer, not to memory a buffer merely points into).
         ``if_generation_match``: None, 0 (only if absent) or the generation to replace.
+        ``block_starts``: None, or the object's block starts (bytes; little-endian uint64s,
+        ascending from 0, each below the size, e.g. a numpy uint64 array): the result's
+        ``block_crcs`` then holds each block's CRC-32C, computed in the same pass as the
+        object's (``BlockSums``).
 
         Raises:
             ValueError / TypeError: an empty name, or ``data`` (or a part of it, named by its
@@ -206,7 +215,7 @@ class Uploader(EngineFront):
         match = -1 if if_generation_match is None else int(if_generation_match)
         if match < -1:
             raise ValueError(f"if_generation_match must be >= 0, got {if_generation_match}")
-        handle = self._uploader.submit(bucket, object_name, _as_buffer(data), match)
+        handle = self._uploader.submit(bucket, object_name, _as_buffer(data), match, block_starts)
         return UploadHandle(handle, bucket, object_name)
 
     def upload(

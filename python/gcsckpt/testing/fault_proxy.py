@@ -181,6 +181,12 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if not has_body:
             resp.read()  # lets http.client see the response done, so the connection is reusable
             return
+        if fault is not None and fault.kind == "flip_byte":
+            body = bytearray(read(length) if length else read())
+            if body:
+                body[min(fault.cut_at(len(body)), len(body) - 1)] ^= 0xFF
+            self.wfile.write(body)
+            return
         if fault is None or fault.kind not in ("reset_mid_body", "stall", "short_body"):
             self._copy(read, None)
             return

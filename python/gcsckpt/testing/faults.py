@@ -12,6 +12,7 @@ import urllib.parse
 
 KINDS = ("status", "reset_mid_body", "stall", "short_body", "wrong_content_range")
 KINDS += ("ignore_range", "ignore_generation")  # upstream asked without Range / generation=
+KINDS += ("flip_byte",)  # one body byte inverted in transit
 
 _OBJECT_PATH = re.compile(r"^/(?:download/|upload/)?storage/v1/b/[^/]+/o/(?P<object>[^?]+)")
 # The object resource's "name" in a multipart upload's first part or a resumable upload's start.
@@ -33,7 +34,9 @@ class Fault:
         "ignore_range" (asks upstream without the Range header: a server that answers a
         ranged GET with 200 and the whole object),
         "ignore_generation" (asks upstream without `generation=`: a server that answers the
-        live version whichever generation was asked).
+        live version whichever generation was asked),
+        "flip_byte" (the body with its byte at `after_bytes` inverted, headers unchanged:
+        corruption in transit that TCP's checksum missed).
       status: HTTP status for kind "status" (503, 429, 500, 404, 401, ...).
       count: inject into the first `count` requests this rule matches; None: every one.
       nth: inject only into the nth (1-based) request this rule matches (then `count` is unused).

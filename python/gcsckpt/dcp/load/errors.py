@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gcsckpt.dcp.paths import METADATA_NAME, CheckpointLocation
 from gcsckpt.io import RangeReadError
-from gcsckpt.io.errors import GENERATION_CHANGED, failure_cause, failure_where
+from gcsckpt.io.errors import CRC32C_MISMATCH, GENERATION_CHANGED, failure_cause, failure_where
 from gcsckpt.io.redact import redact, redact_value
 
 # What the range reader calls a replaced object, and what a load calls it.
@@ -98,4 +98,11 @@ def _cause(failure: dict) -> str:
     if failure.get("cause") == GENERATION_CHANGED:
         text = failure.get("error") or ""
         failure = {**failure, "error": _LOAD_CHANGED + text.removeprefix(_READ_CHANGED)}
+    elif failure.get("cause") == CRC32C_MISMATCH:
+        generation = failure.get("pinned_generation") or "unknown"
+        text = failure.get("error") or ""
+        failure = {
+            **failure,
+            "error": f"bytes differ from what was saved (generation {generation}): {text}",
+        }
     return failure_cause(failure)

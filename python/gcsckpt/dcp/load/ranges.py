@@ -6,8 +6,11 @@ ranges as `gcsckpt.io.RangeRequest`s of the checkpoint's bucket, read at once (`
 submitted for completion-order consumption (`submit`), each asking for its object's pinned
 generation (`generations.Pins`), or, for an object the listing did not pin, the generation
 the first completed `read` of it named (so a load without a listing still reads one version
-of each object once one read of it is done); `LoadStats.ranges` counts them. Failures
-surface as `gcsckpt.io.RangeReadError`; `errors.LoadErrors` maps them.
+of each object once one read of it is done) and carrying its block checksums where the
+checkpoint has them (the range reader then checks every block before the range completes);
+`LoadStats.ranges` counts them, `bytes_verified` / `bytes_unverified` their bytes. Failures
+surface as `gcsckpt.io.RangeReadError` (`ChecksumMismatchError` for a block that does not
+match); `errors.LoadErrors` maps them.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ class CheckpointRanges:
         generations: relative path -> the generation every GET of that object asks for
             (`generations.Pins.objects`); an object not in it is pinned by its first completed
             `read` (before that, per submit only).
+        checksums: relative path -> `gcsckpt.io.BlockSums` of the objects that have them.
     """
 
     def __init__(
@@ -40,11 +44,13 @@ class CheckpointRanges:
         location: CheckpointLocation,
         stats: LoadStats,
         generations: Mapping[str, int] | None = None,
+        checksums: Mapping[str, Any] | None = None,
     ):
         self._reader = reader
         self._location = location
         self._stats = stats
         self._generations = dict(generations or {})
+        self._checksums = checksums or {}
 
     def read(self, ranges: Iterable[Range]) -> None:
         """Fills every destination; returns when all are complete.
@@ -66,12 +72,20 @@ class CheckpointRanges:
 
     def _requests(self, ranges: Iterable[Range]) -> list[RangeRequest]:
         bucket, prefix = self._location.bucket, self._object_prefix()
-        pinned = self._generations
+        pinned, sums = self._generations, self._checksums
         requests = [
-            RangeRequest(bucket, prefix + path, offset, length, dest, pinned.get(path))
+            RangeRequest(
+                bucket, prefix + path, offset, length, dest, pinned.get(path), sums.get(path)
+            )
             for path, offset, length, dest in ranges
         ]
-        self._stats.ranges += len(requests)
+        stats = self._stats
+        stats.ranges += len(requests)
+        for r in requests:
+            if r.checksums is None:
+                stats.bytes_unverified += r.length
+            else:
+                stats.bytes_verified += r.length
         return requests
 
     def _object_prefix(self) -> str:

@@ -23,7 +23,11 @@ class LoadStats:
     ranges: byte ranges handed to the range reader. requests: HTTP GETs it sent (after
     coalescing/splitting, retries included). bytes_needed: bytes of the ranges this rank fetched.
     bytes_fetched: bytes received from the endpoint (summed over ranks: the job's storage bytes).
-    retries: retried requests. windows: memory windows. peer_bytes_in/peer_bytes_out: bytes
+    bytes_verified / bytes_unverified: bytes of every range read (bytes_needed, plus the
+    safetensors blob headers read to plan) of objects with / without block checksums (a
+    checkpoint saved by stock torch or a peer has none); every verified byte's block matched
+    its CRC-32C before it was committed. retries: retried
+    requests. windows: memory windows. peer_bytes_in/peer_bytes_out: bytes
     received from / sent to other ranks when shared ranges are read once (`replicas`);
     exchange_s: time in those sends and receives.
     metadata_requests/metadata_bytes/metadata_s: the `.metadata` GET. list_requests: LISTs of
@@ -48,6 +52,8 @@ class LoadStats:
     requests: int = 0
     bytes_needed: int = 0
     bytes_fetched: int = 0
+    bytes_verified: int = 0
+    bytes_unverified: int = 0
     retries: int = 0
     windows: int = 0
     peer_bytes_in: int = 0
