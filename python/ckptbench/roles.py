@@ -8,9 +8,16 @@ Pure Python, no imports.
 """
 
 CANDIDATE = "gcsckpt"  # ours: every ratio is this arm's throughput over another's
+# Ours with block checksums off (reader verify=False, writer checksum_block_bytes=0): the cost
+# of verification, measured beside the candidate; a reference, never a peer. Not a default arm.
+UNVERIFIED = "gcsckpt-unverified"
+CANDIDATES = (CANDIDATE, UNVERIFIED)  # the arms that are gcsckpt's own reader / writer
 BASELINE = "fsspec"  # torch's stock FsspecReader / FsspecWriter over gcsfs
 LOCALFS = "localfs"  # torch's stock FileSystemWriter into node-local tmpfs (writers only)
-READERS = (CANDIDATE, BASELINE, "msc", "dataflux")
+READERS = (CANDIDATE, BASELINE, "msc", "dataflux", UNVERIFIED)
 WRITERS = (*READERS, LOCALFS)
 PEERS = ("msc", "dataflux")  # arms that are neither ours nor the stock baseline
-REFERENCES = (LOCALFS,)  # floors to compare with, never peers (no "best peer" among them)
+REFERENCES = (
+    LOCALFS,
+    UNVERIFIED,
+)  # floors to compare with, never peers (no "best peer" among them)

@@ -67,6 +67,7 @@ def counters(rank: int, requests: int = 10) -> RankCounters:
         bytes_needed=1000,
         bytes_fetched=1000 + 10 * rank,
         retries=rank,
+        bytes_verified=1000 - rank,
         fetch_s=0.5,
         deserialize_s=0.25,
         copy_s=0.125,

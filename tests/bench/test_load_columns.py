@@ -84,10 +84,15 @@ def test_load_table_gives_fraction_cpu_and_storage_per_arm():
     lines = load_table(_rows()).splitlines()
     assert lines[0] == (
         "| case | reader | status | mean s | MB/s | / download ceiling | client CPU s/GB "
-        "| endpoint CPU s/GB | storage bytes / checkpoint bytes |"
+        "| endpoint CPU s/GB | storage bytes / checkpoint bytes | verified |"
     )
-    assert lines[2] == f"| {EP} | gcsckpt | ok | 1.00 | 1000.0 | 0.50 | 1.50 | 0.75 | 0.00 |"
-    assert lines[3] == f"| {EP} | msc | ok | 4.00 | 250.0 | 0.12 | n/a | n/a | 0.00 |"
+    # The fixture's counters: 1,000 and 999 bytes verified of 1,000 each, per rank.
+    verified = "verified 0.0 of 0.0 MB"
+    assert (
+        lines[2]
+        == f"| {EP} | gcsckpt | ok | 1.00 | 1000.0 | 0.50 | 1.50 | 0.75 | 0.00 | {verified} |"
+    )
+    assert lines[3] == f"| {EP} | msc | ok | 4.00 | 250.0 | 0.12 | n/a | n/a | 0.00 | {verified} |"
     assert len(lines) == 4  # the save row is in the save table
     saves = save_table(_rows(), ceilings={SAVE_CASE: 1000e6}).splitlines()
     assert f"| {SAVE_CASE} | gcsckpt | ok | 2.00 | 500.0 | 0.50 | 3.00 | 1.50 |" in saves[2]

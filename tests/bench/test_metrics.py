@@ -108,6 +108,7 @@ def test_counter_columns_over_ranks_and_rounds():
     assert row["read_bytes_fetched_per_rank_max"] == 1010
     assert row["read_bytes_needed_per_round_mean"] == 2000.0
     assert row["read_bytes_fetched_per_round_mean"] == 2010.0
+    assert row["read_bytes_verified_per_round_mean"] == 1999.0
     assert row["read_amplification_ratio"] == pytest.approx(1.005)
     assert row["read_amplification_per_rank_max"] == pytest.approx(1.01)
     assert row["read_retry_count_total"] == 2  # rank 1 retried once in each of two rounds

@@ -260,6 +260,7 @@ def load_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = 
         "client CPU s/GB",
         "endpoint CPU s/GB",
         "storage bytes / checkpoint bytes",
+        "verified",
     ]
     order = reader_order(loads, candidate, baseline)
     body = []
@@ -280,9 +281,20 @@ def load_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = 
                     _number(row.get(CLIENT_CPU_PER_GB_COLUMN), ".2f"),
                     _number(row.get(ENDPOINT_CPU_PER_GB_COLUMN), ".2f"),
                     _number(row.get(STORAGE_RATIO_COLUMN), ".2f"),
+                    _verified(row),
                 ]
             )
     return markdown_table(header, body)
+
+
+def _verified(row: Row) -> str:
+    """ "verified N of M bytes" per round (all ranks): bytes checked against their block
+    CRC-32C before commit, of the bytes the items occupy; n/a where the reader does not say."""
+    verified = row.get("read_bytes_verified_per_round_mean")
+    needed = row.get("read_bytes_needed_per_round_mean")
+    if verified is None or needed is None:
+        return _MISSING
+    return f"verified {verified / _MB:.1f} of {needed / _MB:.1f} MB"
 
 
 LOAD_TABLE_NOTE = (
@@ -291,7 +303,9 @@ LOAD_TABLE_NOTE = (
     "rounds per GB (1e9 bytes) loaded; client = the rank processes (what the training node "
     "pays), endpoint = the local endpoint's nginx and server (on this machine they share the "
     "client's cores). storage bytes / checkpoint bytes: bytes the ranks fetched per round over "
-    "the checkpoint's stored bytes (n/a: the reader does not count them)."
+    "the checkpoint's stored bytes (n/a: the reader does not count them). verified: bytes per "
+    "round whose block CRC-32C was checked before commit, of the bytes the items occupy "
+    "(gcsckpt-unverified: the same reader with verify=False)."
 )
 
 SAVE_TABLE_NOTE = (

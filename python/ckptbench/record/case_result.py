@@ -28,6 +28,7 @@ SCENARIO_WRITE = "checkpoint_write"  # a timed dcp.save (case id ``save-...``)
 # Counter names a reader may report per rank and per load (GCSStorageReader reports all of them;
 # the stock FsspecReader baseline only what the runner can count from the outside).
 COUNT_FIELDS = ("read_items", "ranges", "requests", "bytes_needed", "bytes_fetched", "retries")
+COUNT_FIELDS += ("bytes_verified",)
 SECONDS_FIELDS = ("fetch_s", "deserialize_s", "copy_s")
 
 
@@ -92,6 +93,7 @@ class RankCounters:
       bytes_needed: bytes the rank's ReadItems cover.
       bytes_fetched: bytes received from storage.
       retries: requests repeated after a transient error.
+      bytes_verified: bytes read whose block CRC-32C was checked before they were committed.
       fetch_s, deserialize_s, copy_s: seconds spent in each stage (summed over threads).
     """
 
@@ -101,6 +103,7 @@ class RankCounters:
     bytes_needed: int | None = None
     bytes_fetched: int | None = None
     retries: int | None = None
+    bytes_verified: int | None = None
     fetch_s: float | None = None
     deserialize_s: float | None = None
     copy_s: float | None = None

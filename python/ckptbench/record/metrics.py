@@ -171,6 +171,7 @@ def counter_columns(rounds: Sequence[RoundRecord]) -> Row:
         "read_bytes_fetched_per_rank_max": _max(fetched),
         "read_bytes_needed_per_round_mean": _per_round_mean(samples["bytes_needed"]),
         "read_bytes_fetched_per_round_mean": _per_round_mean(samples["bytes_fetched"]),
+        "read_bytes_verified_per_round_mean": _per_round_mean(samples["bytes_verified"]),
         "read_amplification_ratio": amplification,
         "read_amplification_per_rank_max": amplification_max,
         "read_retry_count_total": None if retries is None else sum(retries),

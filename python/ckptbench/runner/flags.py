@@ -12,7 +12,7 @@ import re
 
 from absl import app, flags
 
-from ckptbench.roles import READERS, WRITERS
+from ckptbench.roles import READERS, UNVERIFIED, WRITERS
 from ckptbench.runner.config import DEVICES, RunConfig
 from ckptbench.runner.storage import DEFAULT_LOCAL_DIR
 from gcsckpt.models.configs import SCALES
@@ -36,7 +36,12 @@ flags.DEFINE_string(
     "gs://bucket[/prefix] to run against (Application Default Credentials; an emulator when "
     "STORAGE_EMULATOR_HOST is set). Default: the embedded local GCS endpoint.",
 )
-flags.DEFINE_list("readers", list(READERS), f"Readers to run, in order ({', '.join(READERS)}).")
+flags.DEFINE_list(
+    "readers",
+    [r for r in READERS if r != UNVERIFIED],
+    f"Readers to run, in order ({', '.join(READERS)}; {UNVERIFIED}: gcsckpt with verify=False, "
+    "to measure what verification costs).",
+)
 flags.DEFINE_list(
     "writers",
     [],

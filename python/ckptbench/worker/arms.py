@@ -1,7 +1,8 @@
 """The benchmark's arms: each reader and writer it compares, made for the endpoint in use.
 
 Readers (``--readers``) and writers (``--writers``): ``gcsckpt`` (GCSStorageReader / -Writer
-with their defaults), ``fsspec`` (torch's stock FsspecReader / -Writer over gcsfs, see
+with their defaults; ``gcsckpt-unverified`` the same with block checksums off, to measure their
+cost), ``fsspec`` (torch's stock FsspecReader / -Writer over gcsfs, see
 ``baseline``), ``msc`` (multi-storage-client's DCP reader / writer on its GCS provider, with its
 documented tuning), ``dataflux`` (gcs-torch-dataflux's DCP reader / writer with its defaults, on
 a venv of its own) and, writers only, ``localfs`` (torch's stock FileSystemWriter into a
@@ -24,7 +25,7 @@ import sys
 import tempfile
 from typing import Any
 
-from ckptbench.roles import LOCALFS, READERS, WRITERS
+from ckptbench.roles import CANDIDATE, CANDIDATES, LOCALFS, READERS, UNVERIFIED, WRITERS
 
 # localfs: /dev/shm has room for a case when twice its bytes are free there and three times
 # are available as memory (tmpfs pages are memory; the ranks also hold the state being saved
@@ -80,6 +81,8 @@ def reader_settings(reader: str, emulator: bool) -> dict[str, Any]:
     """
     if reader == "gcsckpt":
         return {"class": "gcsckpt.dcp.GCSStorageReader", "options": "defaults"}
+    if reader == UNVERIFIED:
+        return {"class": "gcsckpt.dcp.GCSStorageReader", "options": {"verify": False}}
     if reader == "fsspec":
         return {
             "class": "torch.distributed.checkpoint._fsspec_filesystem.FsspecReader",
@@ -139,6 +142,8 @@ def writer_settings(writer: str, emulator: bool, local_root: str | None = None) 
         }
     if writer == "gcsckpt":
         return {"class": "gcsckpt.dcp.GCSStorageWriter", "options": "defaults"}
+    if writer == UNVERIFIED:
+        return {"class": "gcsckpt.dcp.GCSStorageWriter", "options": {"checksum_block_bytes": 0}}
     if writer == "fsspec":
         return {
             "class": "torch.distributed.checkpoint._fsspec_filesystem.FsspecWriter",
@@ -304,10 +309,10 @@ def make_reader(
       ValueError: an unknown reader, or ``msc`` without a profile.
     """
     url = f"gs://{bucket}/{prefix}"
-    if reader == "gcsckpt":
+    if reader in CANDIDATES:
         from gcsckpt.dcp import GCSStorageReader
 
-        return GCSStorageReader(url, endpoint=endpoint)
+        return GCSStorageReader(url, endpoint=endpoint, verify=reader == CANDIDATE)
     if reader == "fsspec":
         from ckptbench.worker import baseline
 
@@ -346,10 +351,11 @@ def make_writer(
 
         return FileSystemWriter(folder)
     url = f"gs://{bucket}/{prefix}"
-    if writer == "gcsckpt":
+    if writer in CANDIDATES:
         from gcsckpt.dcp import GCSStorageWriter
 
-        return GCSStorageWriter(url, endpoint=endpoint, overwrite=True)
+        block_bytes = {} if writer == CANDIDATE else {"checksum_block_bytes": 0}
+        return GCSStorageWriter(url, endpoint=endpoint, overwrite=True, **block_bytes)
     if writer == "fsspec":
         from ckptbench.worker import baseline
 

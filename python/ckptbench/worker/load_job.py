@@ -25,6 +25,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
+from ckptbench.roles import CANDIDATES
 from ckptbench.worker import arms, baseline
 from ckptbench.worker.jobs import (
     SAVE_SEED,
@@ -107,7 +108,7 @@ def _counters(job: LoadJob, reader: Any, planner: Any) -> dict[str, Any]:
     """RankCounters fields. Requests include the ``.metadata`` GET(s); bytes_fetched does not
     (it is compared with bytes_needed, the bytes the rank's items occupy in storage)."""
     common = {"read_items": planner.read_items, "bytes_needed": planner.storage_bytes_needed}
-    if job.reader == "gcsckpt":
+    if job.reader in CANDIDATES:
         stats = reader.load_stats
         return {
             **common,
@@ -115,6 +116,7 @@ def _counters(job: LoadJob, reader: Any, planner: Any) -> dict[str, Any]:
             "requests": stats.requests + stats.metadata_requests,
             "bytes_fetched": stats.bytes_fetched,
             "retries": stats.retries,
+            "bytes_verified": stats.bytes_verified,
             "fetch_s": stats.fetch_s,
             "deserialize_s": stats.deserialize_s,
             "copy_s": stats.copy_s,

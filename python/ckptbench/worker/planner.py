@@ -21,6 +21,7 @@ import torch
 from torch.distributed.checkpoint import DefaultLoadPlanner
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
 
+from ckptbench.roles import CANDIDATES
 from gcsckpt.dcp import GCSLoadPlanner
 
 ProgressFn = Callable[[float, float | None], None]
@@ -101,6 +102,6 @@ class CountingGCSLoadPlanner(_LoadCounters, GCSLoadPlanner):
 def counting_planner_for(reader: str, progress: ProgressFn | None = None) -> _LoadCounters:
     """The counting planner for ``reader`` ("gcsckpt" or "fsspec"): each reader runs with the
     planner its users would use, so the comparison is product path against stock path."""
-    if reader == "gcsckpt":
+    if reader in CANDIDATES:
         return CountingGCSLoadPlanner(progress=progress)
     return CountingLoadPlanner(progress=progress)
