@@ -65,10 +65,10 @@ def _with_info(fqn, **changes):
     return edit
 
 
-def _load_fails(gcs, url, match):
+def _load_fails(gcs, url, match, **kw):
     state = _blank()
     with pytest.raises(CheckpointException, match=match):
-        dcp.load(state, storage_reader=GCSStorageReader(url, endpoint=gcs.endpoint))
+        dcp.load(state, storage_reader=GCSStorageReader(url, endpoint=gcs.endpoint, **kw))
     return state
 
 
@@ -124,8 +124,8 @@ def test_length_larger_than_the_object_fails_before_allocating(gcs, listed):
     good_md = pickle.loads(gcs.get(BUCKET, "good/.metadata"))
     offset = next(i for x, i in good_md.storage_data.items() if x.fqn == "w").offset
     size = len(gcs.get(BUCKET, f"good/{OBJECT}"))
-    # Without a listing (the LIST, the load's second request, fails): a 1-byte GET finds the
-    # object too short and a metadata GET names its size.
+    # Without a listing (the LIST, the load's second request, fails), the size the object's
+    # block checksums cover is known from .metadata: no GET is needed either way.
     faults = [] if listed else [Fault(kind="status", status=404, media_only=False, nth=2)]
     state = _blank()
     with FaultProxy(gcs.endpoint, faults) as proxy:
@@ -138,7 +138,7 @@ def test_length_larger_than_the_object_fails_before_allocating(gcs, listed):
         f"{offset + (1 << 40)} reaches past the end of the object (size {size} bytes)"
     ) in str(info.value)
     data_gets = [p for _, p in log if OBJECT in p and "alt=media" in p]
-    assert data_gets == ([] if listed else [data_gets[0]])  # no listing: the one probe GET
+    assert data_gets == []
     assert "/o?" in log[1][1] and "alt=media" not in log[1][1]  # the LIST
     assert torch.count_nonzero(state["w"]) == 0 and state["m"] == {"k": 0}
 
@@ -170,8 +170,11 @@ def test_corrupted_archive_bytes(gcs):
         return bytes(b ^ 0x5A for b in raw)
 
     url = _variant(gcs, "scrambled", data=scramble)
+    # Verified (the default), the block checksums catch it before any decode.
+    _load_fails(gcs, url, rf"rank 0: .*scrambled/{OBJECT} bytes=\d+-\d+: .*CRC-32C mismatch")
+    # Unverified, the decoders still refuse it (the second line of defence).
     state = _load_fails(
-        gcs, url, rf"rank 0: .*scrambled/{OBJECT} bytes=\d+-\d+: FQN '(w|b|m\.k)': "
+        gcs, url, rf"rank 0: .*scrambled/{OBJECT} bytes=\d+-\d+: FQN '(w|b|m\.k)': ", verify=False
     )
     # Direct reads may leave scrambled bytes in a destination (never committed); none holds
     # the saved values.

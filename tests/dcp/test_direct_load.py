@@ -172,7 +172,8 @@ def test_archive_unlike_its_template_is_read_again(gcs):
         gcs.put(BUCKET, f"patched/{info.relative_path}", bytes(data))
     gcs.put(BUCKET, "patched/.metadata", gcs.get(BUCKET, f"{name}/.metadata"))
     state = _blank()
-    stats = _load(gcs.endpoint, "patched", state).load_stats
+    # Unverified: the patched bytes would fail their block checksums before the template check.
+    stats = _load(gcs.endpoint, "patched", state, verify=False).load_stats
     want = _state()
     assert all(torch.equal(state[k], want[k]) for k in ("w", "x", "b")) and state["m"] == want["m"]
     assert _paths(stats) == (3, 2, 2, 1)

@@ -66,6 +66,17 @@ DEFAULT_INFLIGHT_BYTES = 256 << 20
 DEFAULT_READ_ONCE = False
 
 
+def _known_sizes(pins: Pins, sums: dict) -> dict[str, int]:
+    """Object sizes the extents are checked against: the listing's, and where the object has
+    block checksums, no more than the size they cover (a shorter object fails there, naming the
+    range; bytes beyond it could not be verified). Relative path -> bytes."""
+    sizes = dict(pins.sizes)
+    for path, block_sums in sums.items():
+        listed = sizes.get(path)
+        sizes[path] = block_sums.size if listed is None else min(listed, block_sums.size)
+    return sizes
+
+
 class GCSStorageReader(GCSCheckpointId, StorageReader):
     """Loads a DCP checkpoint from `gs://bucket/prefix` (torch 2.13 FileSystemWriter layout).
 
@@ -284,13 +295,15 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
                 pins = self._pins(self._paths(plan))
             check_metadata_read(pins, self._metadata_name, self._metadata_generation, errors)
             stats.pinned_objects = len(pins.objects)
-            sums = self._block_sums(plan, pins, errors)
+            sums = self._block_sums(plan)
             ranges = CheckpointRanges(reader, self._location(), stats, pins.objects, sums)
             with collector_paused() if self.tune_gc else contextlib.nullcontext():
                 fetch_plan = plan_fetches(
                     plan.items, self.metadata, planner.resolve_tensor, ranges, errors
                 )
-                check_extents(fetch_plan.fetches, pins.sizes, ranges, errors, self._size_of)
+                check_extents(
+                    fetch_plan.fetches, _known_sizes(pins, sums), ranges, errors, self._size_of
+                )
                 stats.tensor_items = fetch_plan.tensor_items
                 stats.bytes_items = fetch_plan.bytes_items
                 stats.direct_items = fetch_plan.direct_items
@@ -342,27 +355,18 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             )
         return self._store
 
-    def _block_sums(self, plan: LoadPlan, pins: Pins, errors: LoadErrors) -> dict:
-        """BlockSums of the objects `plan` reads that have checksums. An object whose listed
-        size differs from the size its checksums were recorded for is not the object that was
-        saved (CheckpointReadError)."""
+    def _block_sums(self, plan: LoadPlan) -> dict:
+        """BlockSums of the objects `plan` reads that have checksums.
+
+        Raises:
+            CheckpointReadError: a malformed record in `.metadata` (names it).
+        """
         if not self._checksums:
             return {}
         try:
-            sums = checksums.block_sums(self._checksums, self._paths(plan))
+            return checksums.block_sums(self._checksums, self._paths(plan))
         except ValueError as e:
-            raise errors.at(METADATA_NAME, 0, 0, str(e)) from None
-        for path, block_sums in sums.items():
-            listed = pins.sizes.get(path)
-            if listed is not None and listed != block_sums.size:
-                raise errors.at(
-                    path,
-                    0,
-                    0,
-                    f"object is {listed} bytes, but {block_sums.size} bytes were saved and"
-                    " checksummed: not the object this checkpoint committed",
-                )
-        return sums
+            raise self._errors().at(METADATA_NAME, 0, 0, str(e)) from None
 
     def _paths(self, plan: LoadPlan) -> set[str]:
         """Relative paths of the data objects `plan` reads."""
