@@ -52,6 +52,7 @@ from gcsckpt.dcp.paths import (
 )
 from gcsckpt.dcp.upload_pipeline import SaveStats, UploadPipeline
 from gcsckpt.io import defaults
+from gcsckpt.io.endpoint import resolve_endpoint
 from gcsckpt.io.objects import ObjectStore, store_options
 from gcsckpt.io.retry import RetryPolicy
 from gcsckpt.io.uploader import Uploader, UploadResult, check_chunk_bytes
@@ -189,6 +190,8 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         """Starts a new save (new save_id), optionally to another checkpoint id (ValueError if
         bad)."""
         super().reset(None)
+        # Clients are taken again (from `engines`, by the endpoint resolved now) for each save.
+        self._store = self._uploader = None
         if checkpoint_id is not None:
             self._set_location(checkpoint_id)
 
@@ -313,7 +316,14 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         return {**self.__dict__, "_store": None, "_uploader": None, "_unpickled": True}
 
     def _engine_key(self, *extra) -> tuple | None:
-        options = (self.endpoint, self.chunk_bytes, self.max_inflight_uploads, self._retry)
+        # The endpoint as resolved now ($STORAGE_EMULATOR_HOST may have changed since another
+        # writer built its clients), never the None the caller may have passed.
+        options = (
+            resolve_endpoint(self.endpoint),
+            self.chunk_bytes,
+            self.max_inflight_uploads,
+            self._retry,
+        )
         return engines.config_key(self.token_provider, *options, self._stall_timeout_s, *extra)
 
     def _object_store(self) -> ObjectStore:
@@ -322,7 +332,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
                 "store",
                 self._engine_key("store", self.thread_count),
                 lambda: ObjectStore(
-                    self.endpoint,
+                    resolve_endpoint(self.endpoint),
                     token_provider=self.token_provider,
                     pool_size=self.thread_count + 2,
                     **self._store_options,
@@ -343,7 +353,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
     def _new_uploader(self) -> Uploader:
         stall = {} if self._stall_timeout_s is None else {"stall_timeout_s": self._stall_timeout_s}
         return Uploader(
-            self.endpoint,
+            resolve_endpoint(self.endpoint),
             token_provider=self.token_provider,
             chunk_bytes=self.chunk_bytes,
             max_inflight_requests=self.max_inflight_uploads,
