@@ -16,7 +16,8 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import SerializationFormat
 
 from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
-from gcsckpt.testing import LocalGCS
+from gcsckpt.io import RetryPolicy
+from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
 BUCKET = "trust"
 
@@ -56,6 +57,31 @@ def test_a_save_after_the_emulator_host_changes_lands_on_the_new_endpoint(gcs, m
     state = _state(0.0)
     dcp.load(state, storage_reader=GCSStorageReader(f"gs://{BUCKET}/third"))
     assert torch.equal(state["w"], _state(3.0)["w"])
+
+
+def test_a_save_whose_uploads_never_finish_fails_at_the_retry_policy(gcs):
+    # The endpoint loses the session at every upload's last request: the save fails, naming
+    # the object and the last answer, once the sessions used up max_attempts.
+    faults = [
+        Fault(kind="status", status=410, count=None, media_only=False, last_upload_request=True)
+    ]
+    retry = RetryPolicy(max_attempts=2, initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=5)
+    with FaultProxy(gcs.endpoint, faults) as proxy:
+        writer = GCSStorageWriter(
+            f"gs://{BUCKET}/never", endpoint=proxy.endpoint, thread_count=1, retry=retry
+        )
+        with pytest.raises(CheckpointException) as info:
+            dcp.save(_state(1.0), storage_writer=writer)
+        finishing_puts = proxy.injected_per_fault[0]
+    message = str(info.value)
+    assert re.search(
+        rf"upload of gs://{BUCKET}/never/__0_\w+\.distcp failed: HTTP 410: the upload session of "
+        rf"gs://{BUCKET}/never/__0_\w+\.distcp expired or was lost "
+        r"\(2 upload session\(s\) started, max_attempts 2\)",
+        message,
+    ), message
+    assert finishing_puts == 2  # one per session: attempts <= max_attempts
+    assert not _objects(gcs.endpoint, "never/")
 
 
 class _DeleteFirst(DefaultLoadPlanner):
