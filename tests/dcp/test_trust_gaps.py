@@ -50,13 +50,19 @@ def test_a_save_after_the_emulator_host_changes_lands_on_the_new_endpoint(gcs, m
         dcp.save(_state(3.0), storage_writer=writer, checkpoint_id=f"gs://{BUCKET}/third")
         on_other = _objects(other.endpoint, "")
         on_first = _objects(gcs.endpoint, "")
-    assert any(n.startswith("first/") for n in on_first)
-    assert not any(n.startswith("first/") for n in on_other)
-    assert "second/.metadata" in on_other and not any(n.startswith("second/") for n in on_first)
-    assert "third/.metadata" in on_first and not any(n.startswith("third/") for n in on_other)
-    state = _state(0.0)
-    dcp.load(state, storage_reader=GCSStorageReader(f"gs://{BUCKET}/third"))
-    assert torch.equal(state["w"], _state(3.0)["w"])
+        assert any(n.startswith("first/") for n in on_first)
+        assert not any(n.startswith("first/") for n in on_other)
+        assert "second/.metadata" in on_other
+        assert not any(n.startswith("second/") for n in on_first)
+        assert "third/.metadata" in on_first and not any(n.startswith("third/") for n in on_other)
+        # One reader, two loads: each follows the variable as it is then.
+        reader = GCSStorageReader()
+        state = _state(0.0)
+        dcp.load(state, storage_reader=reader, checkpoint_id=f"gs://{BUCKET}/third")
+        assert torch.equal(state["w"], _state(3.0)["w"])
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", other.endpoint)
+        dcp.load(state, storage_reader=reader, checkpoint_id=f"gs://{BUCKET}/second")
+        assert torch.equal(state["w"], _state(2.0)["w"])
 
 
 def test_a_save_whose_uploads_never_finish_fails_at_the_retry_policy(gcs):

@@ -54,6 +54,7 @@ from gcsckpt.dcp.paths import (
     parse_checkpoint_id,
 )
 from gcsckpt.io import RangeReader, RangeReadError
+from gcsckpt.io.endpoint import resolve_endpoint
 from gcsckpt.io.objects import ObjectStore, store_options
 
 # Buffer memory for bytes in flight plus bytes being decoded: two windows of half this each.
@@ -344,7 +345,11 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         return None if info is None else info.generation
 
     def _object_store(self) -> ObjectStore:
-        """The store for `.metadata` and the listing (made on first use)."""
+        """The store for `.metadata` and the listing (made on first use, and again when the
+        endpoint resolves elsewhere now, e.g. after $STORAGE_EMULATOR_HOST changed)."""
+        if self._store is not None and self._store.endpoint != resolve_endpoint(self.endpoint):
+            self._store.close()
+            self._store = None
         if self._store is None:
             self._store = ObjectStore(
                 self.endpoint, token_provider=self.token_provider, **self._store_options
