@@ -73,8 +73,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
     Args:
         checkpoint_id: `gs://bucket[/prefix]`; may instead come later via `reset`/`dcp.load`.
         endpoint: GCS endpoint URL; None -> $STORAGE_EMULATOR_HOST, else storage.googleapis.com.
-        token_provider: callable returning an OAuth2 access token; None -> google-auth ADC
-            (never used against an emulator endpoint).
+        token_provider: callable returning an OAuth2 access token, used for any endpoint;
+            None -> google-auth ADC, or no token for an emulator endpoint.
         max_inflight_requests, chunk_bytes, coalesce_gap_bytes: passed to the range reader
             (None -> its benchmarked defaults): concurrent GETs, largest GET (bytes), largest
             gap (bytes) read through to merge two neighbouring ranges.

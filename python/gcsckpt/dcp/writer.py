@@ -65,7 +65,8 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         checkpoint_id: `gs://bucket[/prefix]`; may instead come later via `reset`/`dcp.save`.
         endpoint: GCS endpoint URL; None -> $STORAGE_EMULATOR_HOST, else storage.googleapis.com.
         token_provider: callable returning an OAuth2 access token (read-write scope); None ->
-            google-auth ADC; never used against an emulator endpoint.
+            google-auth ADC, or no token for an emulator endpoint. A provider given is used
+            for any endpoint (private endpoints, gateways).
         single_file_per_rank: True -> `thread_count` objects per rank (items balanced by size,
             torch's split); False -> one object per item.
         thread_count: the fewest objects a rank writes (default 4; more when its tensor bytes
