@@ -1,11 +1,14 @@
 #include "cc/gcsio/upload_kind.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <string>
 #include <utility>
 
 #include "cc/gcsio/http_text.h"
 #include "cc/gcsio/response_check.h"
+#include "cc/gcsio/retry_policy.h"
 #include "cc/gcsio/upload_response.h"
 #include "cc/gcsio/url.h"
 
@@ -75,7 +78,7 @@ std::string UploadKind::StartUrl(const UploadSpec& spec) const {
 void UploadKind::Prepare(const DriverJob& job, EasyTransfer* transfer, std::string bearer_token,
                          uint64_t bytes) {
   Upload& u = UploadOf(job);
-  ++u.progress_.requests;
+  if (u.progress_.requests++ == 0) u.first_start_ = std::chrono::steady_clock::now();
   UploadRequestSetup setup;
   setup.step = u.step_;
   setup.url = u.step_ == UploadStep::kStart ? StartUrl(u.spec_) : u.session_url_;
@@ -111,7 +114,31 @@ Judgement UploadKind::Judge(const DriverJob& job, const AttemptEnd& end) {
     o.status = answer.status;
     return RetryOrFail(std::move(o));
   }
-  return JudgeAnswer(u, transfer->setup().step, answer, token);
+  return LimitRestarts(u, JudgeAnswer(u, transfer->setup().step, answer, token));
+}
+
+Judgement UploadKind::LimitRestarts(const Upload& u, Judgement j) const {
+  if (j.action != Judgement::Action::kRetry || j.outcome.cause != kSessionExpired) return j;
+  // A restart is one more session: the sessions of one upload count against max_attempts, and
+  // none starts after the retry deadline (counted from the upload's first request).
+  const int sessions = u.progress_.restarts + 1;
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - u.first_start_).count();
+  const RetryPolicy& policy = options_.retry;
+  if (MayRetry(policy, sessions, elapsed, 0)) return j;
+  char why[160];
+  if (sessions >= policy.max_attempts) {
+    std::snprintf(why, sizeof(why), " (%d upload session(s) started, max_attempts %d)", sessions,
+                  policy.max_attempts);
+  } else {
+    std::snprintf(why, sizeof(why),
+                  " (retry deadline of %.1f s from the upload's first request reached)",
+                  policy.deadline_s);
+  }
+  j.action = Judgement::Action::kFail;
+  j.outcome.verdict = Verdict::kFail;
+  j.outcome.message += why;
+  return j;
 }
 
 Judgement UploadKind::JudgeAnswer(Upload& u, UploadStep step, const UploadAnswer& answer,

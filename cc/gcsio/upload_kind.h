@@ -43,6 +43,10 @@ class UploadKind : public RequestKind {
   // After a 308 to a chunk or query: the bytes the session holds.
   Judgement JudgeCommitted(Upload& u, UploadStep step, const UploadAnswer& answer);
   std::string StartUrl(const UploadSpec& spec) const;
+  // `j` unless it restarts the session of an upload whose sessions used up the retry policy
+  // (max_attempts sessions, or its deadline since the upload's first request): then kFail, the
+  // message saying which limit ended it.
+  Judgement LimitRestarts(const Upload& u, Judgement j) const;
 
   const UploaderOptions& options_;
   TransferStats* stats_;

@@ -16,6 +16,7 @@
 #define CC_GCSIO_UPLOADER_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -108,6 +109,10 @@ class Upload : public TransferWork {
   uint64_t committed_ = 0;
   uint64_t sent_high_ = 0;  // highest offset ever sent (to count re-sent bytes)
   AttemptClock clock_;      // of the current request
+  // When the upload's first request began: session restarts stop at the retry deadline from
+  // here (and at max_attempts sessions), so an endpoint that loses every session cannot keep
+  // the upload going.
+  std::chrono::steady_clock::time_point first_start_;
   UploadResult progress_;
 
   mutable std::mutex mu_;

@@ -366,6 +366,63 @@ TEST_F(UploaderTest, AnExpiredSessionRestartsTheUpload) {
   EXPECT_NE(reqs[5].upload_id, reqs[1].upload_id);  // a new session
 }
 
+// An endpoint that loses the session on every upload's last chunk (as a store that cannot
+// commit the object would): each restart is one more session, and the sessions count against
+// the policy's max_attempts, so the upload fails naming the object and the last answer.
+TEST_F(UploaderTest, SessionRestartsStopAtMaxAttempts) {
+  server_.SetScript([](const Request& r) {
+    Reply reply;
+    if (r.kind == "upload_chunk" &&
+        r.content_range.find("-" + std::to_string(kSize - 1)) != std::string::npos) {
+      reply.action = Action::kExpireSession;
+      reply.status = 410;
+    }
+    return reply;
+  });
+  UploaderOptions o = Options();
+  o.retry.max_attempts = 3;
+  Uploader uploader(o, {});
+  const UploadResult r = Run(uploader, Spec());
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.cause, kSessionExpired);
+  EXPECT_EQ(r.status, 410);
+  EXPECT_EQ(r.restarts, 2);  // three sessions in all
+  int starts = 0;
+  for (const Request& q : server_.requests()) starts += q.kind == "upload_start";
+  EXPECT_EQ(starts, 3);
+  EXPECT_NE(r.error.find("upload of gs://bkt/" + std::string(kObject) + " failed: HTTP 410"),
+            std::string::npos)
+      << r.error;
+  EXPECT_NE(r.error.find("(3 upload session(s) started, max_attempts 3)"), std::string::npos)
+      << r.error;
+}
+
+// The same endpoint under a policy of many attempts: the retry deadline, counted from the
+// upload's first request, ends the restarts.
+TEST_F(UploaderTest, SessionRestartsStopAtTheDeadline) {
+  server_.SetScript([](const Request& r) {
+    Reply reply;
+    if (r.kind == "upload_chunk" &&
+        r.content_range.find("-" + std::to_string(kSize - 1)) != std::string::npos) {
+      reply.action = Action::kExpireSession;
+      reply.status = 404;
+    }
+    return reply;
+  });
+  UploaderOptions o = Options();
+  o.retry.max_attempts = 1000000;
+  o.retry.deadline_s = 0.5;
+  Uploader uploader(o, {});
+  const UploadResult r = Run(uploader, Spec());
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.cause, kSessionExpired);
+  EXPECT_GE(r.restarts, 1);
+  EXPECT_LT(r.restarts, 1000000);
+  EXPECT_NE(r.error.find("retry deadline of 0.5 s from the upload's first request reached"),
+            std::string::npos)
+      << r.error;
+}
+
 TEST_F(UploaderTest, GivesUpNamingOffsetAndAttemptsWithoutTheToken) {
   auto seen = std::make_shared<int>(0);
   server_.SetScript([seen](const Request& r) {

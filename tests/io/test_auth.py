@@ -1,4 +1,6 @@
-"""Bearer tokens: sent only where they belong, cached, never in errors or repr; ADC provider."""
+"""Bearer tokens: sent only where they belong (an explicit token_provider to any endpoint, the
+automatic default never to an emulator), cached, never in errors or repr; 401/403 errors name the
+status, endpoint and credential source; ADC provider."""
 
 from __future__ import annotations
 
@@ -11,7 +13,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import google.auth.credentials
 import pytest
 
-from gcsckpt.io import GoogleAuthTokenProvider, RangeReader, RangeReadError, RangeRequest
+from gcsckpt.io import (
+    GoogleAuthTokenProvider,
+    ObjectStore,
+    ObjectStoreError,
+    RangeReader,
+    RangeReadError,
+    RangeRequest,
+    Uploader,
+    UploadError,
+)
 
 SECRET = "ya29.SECRET-TOKEN-do-not-print"
 BLOB = bytes(range(256)) * 64
@@ -47,6 +58,16 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def do_POST(self):  # an upload's session start: answered with the status set
+        self.server.auth_headers.append(self.headers.get("Authorization"))
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = b'{"error": {"code": %d, "message": "denied"}}' % self.server.status
+        self.send_response(self.server.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
 
 @pytest.fixture
 def recorder():
@@ -67,17 +88,65 @@ def ranges(n: int):
     return [RangeRequest("b", "o", i * 100, 50, bytearray(50)) for i in range(n)]
 
 
-def test_no_token_to_an_emulator(recorder):
+def test_no_token_to_an_emulator_by_default(recorder, monkeypatch):
+    # No token_provider given: a non-googleapis endpoint counts as an emulator and gets none
+    # (ADC is never loaded); send_token=False keeps even a given provider's token back.
     calls = []
 
     def provider():
         calls.append(1)
         return SECRET
 
-    with RangeReader(endpoint_of(recorder), token_provider=provider, coalesce_gap_bytes=0) as r:
-        r.read(ranges(3))
+    with RangeReader(endpoint_of(recorder), coalesce_gap_bytes=0) as reader:
+        reader.read(ranges(2))
+        assert reader.credential_description.startswith("anonymous (emulator endpoint) at ")
+    with RangeReader(endpoint_of(recorder), token_provider=provider, send_token=False) as r:
+        r.read(ranges(1))
+        assert r.credential_description.startswith("anonymous (send_token=False) at ")
     assert recorder.auth_headers == [None] * 3
     assert calls == []
+
+
+def test_a_given_token_provider_reaches_any_endpoint(recorder):
+    # A private endpoint or gateway (here 127.0.0.1) gets the token the caller passed.
+    def provider():
+        return SECRET
+
+    with RangeReader(endpoint_of(recorder), token_provider=provider, coalesce_gap_bytes=0) as r:
+        r.read(ranges(3))
+        assert r.credential_description == (
+            "token_provider passed by the caller "
+            "(test_a_given_token_provider_reaches_any_endpoint.<locals>.provider) at "
+            + endpoint_of(recorder)
+        )
+    assert recorder.auth_headers == [f"Bearer {SECRET}"] * 3
+    recorder.auth_headers.clear()
+    recorder.status = 401
+    with ObjectStore(endpoint_of(recorder), token_provider=provider) as store:
+        with pytest.raises(ObjectStoreError) as info:
+            store.stat("b", "o")
+    assert recorder.auth_headers and set(recorder.auth_headers) == {f"Bearer {SECRET}"}
+    recorder.auth_headers.clear()
+    with Uploader(endpoint_of(recorder), token_provider=provider) as uploader:
+        with pytest.raises(UploadError) as upload_info:
+            uploader.upload("b", "o", b"data")
+    assert recorder.auth_headers == [f"Bearer {SECRET}"]
+    for error in (info.value, upload_info.value):
+        text = str(error)
+        assert "HTTP 401" in text and "token_provider passed by the caller" in text, text
+        assert endpoint_of(recorder) in text and SECRET not in text, text
+
+
+def test_anonymous_401_names_status_and_source_not_a_refresh(recorder):
+    # google-auth's AnonymousCredentials cannot refresh; the store reports the 401 as it came.
+    recorder.status = 401
+    with ObjectStore(endpoint_of(recorder)) as store:
+        with pytest.raises(ObjectStoreError) as info:
+            store.stat("b", "o")
+    text = str(info.value)
+    assert "HTTP 401" in text and "cannot be refreshed" not in text, text
+    assert f"anonymous (emulator endpoint) at {endpoint_of(recorder)}" in text, text
+    assert recorder.auth_headers == [None]
 
 
 def test_token_is_sent_and_cached(recorder):
@@ -171,3 +240,5 @@ def test_google_auth_provider_refreshes_before_expiry():
     provider()
     assert short.refreshes == 2
     assert SECRET not in repr(provider) and "_FakeCredentials" in provider.description
+    # Credentials passed in are not Application Default Credentials.
+    assert provider.description == "_FakeCredentials (passed by the caller)"

@@ -110,7 +110,7 @@ def test_endpoint_from_environment(gcs, blob, monkeypatch):
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.endpoint.removeprefix("http://"))
     with RangeReader() as reader:
         assert reader.endpoint == gcs.endpoint
-        assert reader.credential_description == "none (anonymous)"
+        assert reader.credential_description == f"anonymous (emulator endpoint) at {gcs.endpoint}"
         dest = bytearray(5)
         reader.read([RangeRequest(BUCKET, "blob", 3, 5, dest)])
     assert bytes(dest) == blob[3:8]

@@ -147,6 +147,32 @@ def test_permanent_failure_names_object_offset_and_attempts(gcs):
         gcs.get(BUCKET, name)
 
 
+@pytest.mark.parametrize("status", [404, 410])
+def test_an_endpoint_failing_every_last_request_ends_at_the_policy(gcs, status):
+    # Every upload's finishing PUT answers "session gone": each restart is a new session, and
+    # the sessions count against max_attempts (before, the uploader restarted without end).
+    name = f"up/never-commits-{status}.distcp"
+    faults = [
+        Fault(kind="status", status=status, count=None, media_only=False, last_upload_request=True)
+    ]
+    retry = RetryPolicy(max_attempts=2, initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=5)
+    with FaultProxy(gcs.endpoint, faults) as proxy:
+        with Uploader(proxy.endpoint, chunk_bytes=CHUNK, retry=retry) as up:
+            with pytest.raises(UploadError) as info:
+                up.upload(BUCKET, name, object_bytes(SIZE, 5))
+        assert proxy.injected_per_fault == [2]  # one finishing PUT per session
+        starts = [p for m, p in proxy.request_log if m == "POST" and "uploadType=resumable" in p]
+    assert len(starts) == 2
+    failure = info.value.failure
+    assert failure["cause"] == "session_expired" and failure["status"] == status
+    assert failure["restarts"] == 1
+    message = str(info.value)
+    assert f"upload of gs://{BUCKET}/{name} failed: HTTP {status}" in message, message
+    assert "(2 upload session(s) started, max_attempts 2)" in message, message
+    with pytest.raises(FileNotFoundError):
+        gcs.get(BUCKET, name)
+
+
 def test_bad_options_are_refused(gcs):
     with pytest.raises(ValueError, match="multiple of 256 KiB"):
         Uploader(gcs.endpoint, chunk_bytes=1000)

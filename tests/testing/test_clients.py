@@ -59,27 +59,30 @@ def test_google_cloud_storage_compose_copy_rewrite_and_metadata(gcs):
 
 
 def test_gcsfs_write_read_list_ranges_remove(gcs):
-    gcs.create_bucket("fs")
+    gcs.create_bucket("fsx")
     fs = gcsfs_filesystem(gcs.endpoint)
     data = np.random.default_rng(4).bytes(5 << 20)
-    with fs.open("fs/run/__1_0.distcp", "wb") as out:
+    with fs.open("fsx/run/__1_0.distcp", "wb") as out:
         out.write(data)
-    fs.pipe("fs/run/odd name+%.bin", b"small")
-    assert sorted(fs.ls("fs/run", refresh=True)) == ["fs/run/__1_0.distcp", "fs/run/odd name+%.bin"]
-    assert fs.info("fs/run/__1_0.distcp")["size"] == len(data)
+    fs.pipe("fsx/run/odd name+%.bin", b"small")
+    assert sorted(fs.ls("fsx/run", refresh=True)) == [
+        "fsx/run/__1_0.distcp",
+        "fsx/run/odd name+%.bin",
+    ]
+    assert fs.info("fsx/run/__1_0.distcp")["size"] == len(data)
     before = gcs.request_count()
-    with fs.open("fs/run/__1_0.distcp", "rb", block_size=1 << 20) as f:
+    with fs.open("fsx/run/__1_0.distcp", "rb", block_size=1 << 20) as f:
         f.seek(3_000_001)
         assert f.read(100_000) == data[3_000_001:3_100_001]
     starts, ends = [0, 4096, len(data) - 7], [10, 1 << 20, len(data)]
-    got = fs.cat_ranges(["fs/run/__1_0.distcp"] * 3, starts, ends)
+    got = fs.cat_ranges(["fsx/run/__1_0.distcp"] * 3, starts, ends)
     assert got == [data[s:e] for s, e in zip(starts, ends, strict=True)]
-    assert fs.cat("fs/run/odd name+%.bin") == b"small"
+    assert fs.cat("fsx/run/odd name+%.bin") == b"small"
     assert gcs.request_count() > before  # reads reached nginx's media path
-    fs.rm("fs/run/odd name+%.bin")
-    assert fs.ls("fs/run", refresh=True) == ["fs/run/__1_0.distcp"]
+    fs.rm("fsx/run/odd name+%.bin")
+    assert fs.ls("fsx/run", refresh=True) == ["fsx/run/__1_0.distcp"]
     with pytest.raises(FileNotFoundError):
-        fs.cat("fs/run/odd name+%.bin")
+        fs.cat("fsx/run/odd name+%.bin")
 
 
 def test_gcsfs_mv_moves_by_move_to_and_keeps_a_rewritten_source(gcs, caplog):

@@ -18,14 +18,14 @@ SIZE = 2_000_000
 
 @pytest.fixture(scope="module")
 def data(gcs):
-    gcs.create_bucket("fp")
+    gcs.create_bucket("fpx")
     payload = np.random.default_rng(11).bytes(SIZE)
-    gcs.put("fp", "ckpt/__0_0.distcp", payload)
-    gcs.put("fp", "other", payload[:1000])
+    gcs.put("fpx", "ckpt/__0_0.distcp", payload)
+    gcs.put("fpx", "other", payload[:1000])
     return payload
 
 
-PATH = media_path("fp", "ckpt/__0_0.distcp")
+PATH = media_path("fpx", "ckpt/__0_0.distcp")
 
 
 def _no_faults() -> dict[str, int]:
@@ -48,11 +48,11 @@ def test_passthrough_is_byte_exact_with_keep_alive(gcs, data):
         assert fetch(conn, PATH)[2] == data
         assert fetch(conn, PATH, method="HEAD")[1]["content-length"] == str(SIZE)
         assert fetch(conn, PATH, "bytes=-5")[2] == data[-5:]
-        status, _, body = fetch(conn, f"/storage/v1/b/fp/o/{quote_object('other')}")
+        status, _, body = fetch(conn, f"/storage/v1/b/fpx/o/{quote_object('other')}")
         assert status == 200 and json.loads(body)["size"] == "1000"
-        upload(proxy.endpoint, "fp", "via proxy/ü", b"uploaded through the proxy")
-        assert gcs.get("fp", "via proxy/ü") == b"uploaded through the proxy"
-        assert fetch(conn, media_path("fp", "absent"))[0] == 404
+        upload(proxy.endpoint, "fpx", "via proxy/ü", b"uploaded through the proxy")
+        assert gcs.get("fpx", "via proxy/ü") == b"uploaded through the proxy"
+        assert fetch(conn, media_path("fpx", "absent"))[0] == 404
         assert proxy.counts == _no_faults()
         assert proxy.requests == 46
 
@@ -83,12 +83,12 @@ def test_every_request_for_one_object(gcs, data):
     with FaultProxy(gcs.endpoint, [fault]) as proxy:
         conn = connect(proxy.endpoint)
         assert [fetch(conn, PATH, "bytes=0-9")[0] for _ in range(5)] == [503] * 5
-        assert fetch(conn, media_path("fp", "other"))[:3:2] == (200, data[:1000])
+        assert fetch(conn, media_path("fpx", "other"))[:3:2] == (200, data[:1000])
         assert proxy.counts["status"] == 5 and proxy.requests == 6
 
 
 def test_media_only_spares_metadata_unless_asked(gcs, data):
-    meta_path = "/storage/v1/b/fp/o/other"
+    meta_path = "/storage/v1/b/fpx/o/other"
     with FaultProxy(gcs.endpoint, [Fault("status", count=None)]) as proxy:
         conn = connect(proxy.endpoint)
         assert fetch(conn, meta_path)[0] == 200
@@ -154,7 +154,7 @@ def test_wrong_content_range(gcs, data):
         status, headers, body = fetch(conn, PATH, "bytes=100-199")
         assert (status, body) == (206, data[100:200])
         assert headers["content-range"] == f"bytes 101-200/{SIZE}"
-        status, headers, body = fetch(conn, media_path("fp", "other"))  # a 200 becomes a bad 206
+        status, headers, body = fetch(conn, media_path("fpx", "other"))  # a 200 becomes a bad 206
         assert (status, body) == (206, data[:1000])
         assert headers["content-range"] == "bytes 1-1000/1001"
         status, headers, _ = fetch(conn, PATH, "bytes=100-199")
@@ -163,8 +163,8 @@ def test_wrong_content_range(gcs, data):
 
 
 def test_ignore_range_ignore_generation_and_echoed_headers(gcs, data):
-    old = gcs.put("fp", "versioned", b"old bytes")
-    new = gcs.put("fp", "versioned", b"new bytes")
+    old = gcs.put("fpx", "versioned", b"old bytes")
+    new = gcs.put("fpx", "versioned", b"new bytes")
     faults = [
         Fault("ignore_range", count=1),
         Fault("ignore_generation", count=1, object_name="versioned"),
@@ -174,10 +174,10 @@ def test_ignore_range_ignore_generation_and_echoed_headers(gcs, data):
         conn = connect(proxy.endpoint)
         status, _, body = fetch(conn, PATH, "bytes=100-199")
         assert (status, body) == (200, data)  # the whole object
-        old_path = media_path("fp", "versioned") + f"&generation={old}"
+        old_path = media_path("fpx", "versioned") + f"&generation={old}"
         status, headers, body = fetch(conn, old_path)  # asked old, got the live one
         assert (status, headers["x-goog-generation"], body) == (200, str(new), b"new bytes")
-        conn.request("GET", "/storage/v1/b/fp/o", headers={"Authorization": "Bearer t0k"})
+        conn.request("GET", "/storage/v1/b/fpx/o", headers={"Authorization": "Bearer t0k"})
         resp = conn.getresponse()
         echoed = json.loads(resp.read())["error"]["message"]
         assert resp.status == 500 and "Bearer t0k" in echoed and "credential t0k" in echoed

@@ -200,7 +200,7 @@ def _soft_deleted_names(gcs, bucket: str) -> list[str]:
 def test_soft_delete_retention_of_a_new_bucket(gcs, retention_s):
     """GCS's default keeps a soft-deleted copy of a deleted object; retention 0 keeps none
     (the benchmark's embedded bucket, which deletes every verified save round)."""
-    name = f"soft-{retention_s}"
+    name = f"soft-{retention_s}".lower()  # "soft-none", "soft-0": GCS bucket names
     gcs.create_bucket(name, soft_delete_retention_s=retention_s)
     gcs.put(name, "obj", b"x" * 1000)
     conn = connect(gcs.endpoint)

@@ -48,7 +48,7 @@ def test_stop_leaves_no_process_and_no_run_dir():
         assert len(members) >= 3  # server + nginx master + at least one worker
         run_dir = os.path.dirname(gcs.data_dir)
         assert os.path.isdir(run_dir)
-        gcs.create_bucket("b")
+        gcs.create_bucket("bkt")
     assert _wait_gone(pgids, 0.5) == []
     assert not os.path.exists(run_dir)
     gcs.stop()  # idempotent
@@ -98,7 +98,7 @@ def test_missing_echo_module_is_named_when_latency_is_asked(monkeypatch):
     with pytest.raises(LocalGCSError, match="libnginx-mod-http-echo"):
         LocalGCS(latency_ms=10).start()
     with LocalGCS() as gcs:  # no latency: the module is not needed
-        gcs.create_bucket("b")
+        gcs.create_bucket("bkt")
 
 
 def test_taken_port_is_named():
@@ -178,9 +178,9 @@ def _run_as_nobody(base: str) -> None:
         from gcsckpt.testing import LocalGCS
         assert os.geteuid() != 0
         with LocalGCS(data_dir=sys.argv[1] + "/data", latency_ms=5, stream_mbps=500) as gcs:
-            gcs.create_bucket("b")
-            gcs.put("b", "a/b c", b"x" * 100000)
-            assert gcs.get("b", "a/b c") == b"x" * 100000
+            gcs.create_bucket("bkt")
+            gcs.put("bkt", "a/b c", b"x" * 100000)
+            assert gcs.get("bkt", "a/b c") == b"x" * 100000
             assert gcs.request_count() == 1
         print("non-root ok")
         """

@@ -18,6 +18,7 @@ from gcsckpt.dcp.checkpointer import GCSCheckpointer
 from gcsckpt.dcp.load.errors import CheckpointReadError
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import UnsafeMetadataError
+from gcsckpt.dcp.missing import CheckpointNotFoundError
 from gcsckpt.dcp.planner import GCSLoadPlanner
 from gcsckpt.dcp.reader import GCSStorageReader
 from gcsckpt.dcp.save_planner import GCSSavePlanner
@@ -26,6 +27,7 @@ from gcsckpt.dcp.writer import GCSStorageWriter
 from gcsckpt.io.objects import ObjectStore, ObjectStoreError  # re-exported: moved to gcsckpt.io
 
 __all__ = [
+    "CheckpointNotFoundError",
     "CheckpointReadError",
     "GCSCheckpointer",
     "GCSLoadPlanner",

@@ -11,8 +11,8 @@ import os
 import re
 from dataclasses import dataclass
 
-# Bucket naming rules: https://cloud.google.com/storage/docs/buckets#naming
-_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+from gcsckpt.io.names import bucket_name_problem
+
 _SCHEME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -49,8 +49,11 @@ def parse_checkpoint_id(checkpoint_id: str | os.PathLike) -> CheckpointLocation:
     if not checkpoint_id.startswith("gs://"):
         raise ValueError(f"checkpoint_id {checkpoint_id!r} does not start with 'gs://'")
     bucket, _, prefix = checkpoint_id[len("gs://") :].partition("/")
-    if not _BUCKET_RE.match(bucket) or ".." in bucket:
-        raise ValueError(f"checkpoint_id {checkpoint_id!r}: {bucket!r} is not a valid bucket name")
+    problem = bucket_name_problem(bucket)  # GCS's rules, as LocalGCS.create_bucket applies them
+    if problem is not None:
+        raise ValueError(
+            f"checkpoint_id {checkpoint_id!r}: {bucket!r} is not a valid bucket name ({problem})"
+        )
     prefix = prefix.rstrip("/")
     if prefix:
         _check_segments(prefix, f"checkpoint_id {checkpoint_id!r}")

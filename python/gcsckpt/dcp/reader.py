@@ -47,6 +47,7 @@ from gcsckpt.dcp.load.ranges import CheckpointRanges
 from gcsckpt.dcp.load.replicas import ReplicaExchange, SharedReads
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import load_metadata
+from gcsckpt.dcp.missing import CheckpointNotFoundError, quiet_torch_fallback
 from gcsckpt.dcp.paths import (
     METADATA_NAME,
     CheckpointLocation,
@@ -54,6 +55,7 @@ from gcsckpt.dcp.paths import (
     parse_checkpoint_id,
 )
 from gcsckpt.io import RangeReader, RangeReadError
+from gcsckpt.io.endpoint import resolve_endpoint
 from gcsckpt.io.objects import ObjectStore, store_options
 
 # Buffer memory for bytes in flight plus bytes being decoded: two windows of half this each.
@@ -83,8 +85,8 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
     Args:
         checkpoint_id: `gs://bucket[/prefix]`; may instead come later via `reset`/`dcp.load`.
         endpoint: GCS endpoint URL; None -> $STORAGE_EMULATOR_HOST, else storage.googleapis.com.
-        token_provider: callable returning an OAuth2 access token; None -> google-auth ADC
-            (never used against an emulator endpoint).
+        token_provider: callable returning an OAuth2 access token, used for any endpoint;
+            None -> google-auth ADC, or no token for an emulator endpoint.
         max_inflight_requests, chunk_bytes, coalesce_gap_bytes: passed to the range reader
             (None -> its benchmarked defaults): concurrent GETs, largest GET (bytes), largest
             gap (bytes) read through to merge two neighbouring ranges.
@@ -199,14 +201,29 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         with the restricted unpickler of `metadata_codec`; keeps the generation it was read at.
 
         Raises:
-            FileNotFoundError: the object is missing. ValueError/UnsafeMetadataError: it is
-                not a safe DCP Metadata.
+            CheckpointNotFoundError (a FileNotFoundError): the object is missing; the message
+                names the prefix (torch's fallback warnings about it are not printed, see
+                `gcsckpt.dcp.missing`). ValueError/UnsafeMetadataError: it is not a safe DCP
+                Metadata.
         """
         location = self._location()
         rank = kwargs.get("rank")
         name = METADATA_NAME if rank is None else f"__{rank}{METADATA_NAME}"
         start = time.perf_counter()
-        data, generation = self._object_store().read(location.bucket, location.object_name(name))
+        try:
+            data, generation = self._object_store().read(
+                location.bucket, location.object_name(name)
+            )
+        except FileNotFoundError:
+            quiet_torch_fallback()
+            missing = (
+                f"{location.url(name)} does not exist"
+                if rank is None
+                else f"neither {METADATA_NAME} nor {location.url(name)} exists"
+            )
+            raise CheckpointNotFoundError(
+                f"no checkpoint at {location.url()} ({missing})"
+            ) from None
         self._metadata_name, self._metadata_generation = name, generation
         if self.tune_gc:
             with collector_paused():
@@ -345,10 +362,19 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         return self.location
 
     def _errors(self) -> LoadErrors:
-        return LoadErrors(self._location(), self.rank)
+        return LoadErrors(self._location(), self.rank, self._live_generation)
+
+    def _live_generation(self, name: str) -> int | None:
+        """The live generation of object `name` in the checkpoint's bucket, None if absent."""
+        info = self._object_store().stat(self._location().bucket, name)
+        return None if info is None else info.generation
 
     def _object_store(self) -> ObjectStore:
-        """The store for `.metadata` and the listing (made on first use)."""
+        """The store for `.metadata` and the listing (made on first use, and again when the
+        endpoint resolves elsewhere now, e.g. after $STORAGE_EMULATOR_HOST changed)."""
+        if self._store is not None and self._store.endpoint != resolve_endpoint(self.endpoint):
+            self._store.close()
+            self._store = None
         if self._store is None:
             self._store = ObjectStore(
                 self.endpoint, token_provider=self.token_provider, **self._store_options

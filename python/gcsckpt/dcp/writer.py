@@ -52,6 +52,7 @@ from gcsckpt.dcp.paths import (
 )
 from gcsckpt.dcp.upload_pipeline import SaveStats, UploadPipeline
 from gcsckpt.io import defaults
+from gcsckpt.io.endpoint import resolve_endpoint
 from gcsckpt.io.objects import ObjectStore, store_options
 from gcsckpt.io.retry import RetryPolicy
 from gcsckpt.io.uploader import Uploader, UploadResult, check_chunk_bytes
@@ -64,7 +65,8 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         checkpoint_id: `gs://bucket[/prefix]`; may instead come later via `reset`/`dcp.save`.
         endpoint: GCS endpoint URL; None -> $STORAGE_EMULATOR_HOST, else storage.googleapis.com.
         token_provider: callable returning an OAuth2 access token (read-write scope); None ->
-            google-auth ADC; never used against an emulator endpoint.
+            google-auth ADC, or no token for an emulator endpoint. A provider given is used
+            for any endpoint (private endpoints, gateways).
         single_file_per_rank: True -> `thread_count` objects per rank (items balanced by size,
             torch's split); False -> one object per item.
         thread_count: the fewest objects a rank writes (default 4; more when its tensor bytes
@@ -200,6 +202,8 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         """Starts a new save (new save_id), optionally to another checkpoint id (ValueError if
         bad)."""
         super().reset(None)
+        # Clients are taken again (from `engines`, by the endpoint resolved now) for each save.
+        self._store = self._uploader = None
         if checkpoint_id is not None:
             self._set_location(checkpoint_id)
 
@@ -335,7 +339,14 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         return {**self.__dict__, "_store": None, "_uploader": None, "_unpickled": True}
 
     def _engine_key(self, *extra) -> tuple | None:
-        options = (self.endpoint, self.chunk_bytes, self.max_inflight_uploads, self._retry)
+        # The endpoint as resolved now ($STORAGE_EMULATOR_HOST may have changed since another
+        # writer built its clients), never the None the caller may have passed.
+        options = (
+            resolve_endpoint(self.endpoint),
+            self.chunk_bytes,
+            self.max_inflight_uploads,
+            self._retry,
+        )
         return engines.config_key(self.token_provider, *options, self._stall_timeout_s, *extra)
 
     def _object_store(self) -> ObjectStore:
@@ -344,7 +355,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
                 "store",
                 self._engine_key("store", self.thread_count),
                 lambda: ObjectStore(
-                    self.endpoint,
+                    resolve_endpoint(self.endpoint),
                     token_provider=self.token_provider,
                     pool_size=self.thread_count + 2,
                     **self._store_options,
@@ -365,7 +376,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
     def _new_uploader(self) -> Uploader:
         stall = {} if self._stall_timeout_s is None else {"stall_timeout_s": self._stall_timeout_s}
         return Uploader(
-            self.endpoint,
+            resolve_endpoint(self.endpoint),
             token_provider=self.token_provider,
             chunk_bytes=self.chunk_bytes,
             max_inflight_requests=self.max_inflight_uploads,

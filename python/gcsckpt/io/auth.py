@@ -37,6 +37,7 @@ class GoogleAuthTokenProvider:
         import google.auth
         import google.auth.transport.requests
 
+        self._from_adc = credentials is None
         if credentials is None:
             credentials, _ = google.auth.default(scopes=[scope])
         self._credentials = credentials
@@ -45,12 +46,14 @@ class GoogleAuthTokenProvider:
 
     @property
     def description(self) -> str:
-        """Which credential is used (account email or credential type), for error messages."""
+        """Which credential is used (account email or credential type, and whether it came from
+        Application Default Credentials or was passed by the caller), for error messages."""
         kind = type(self._credentials).__name__
+        source = "Application Default Credentials" if self._from_adc else "passed by the caller"
         email = getattr(self._credentials, "service_account_email", None)
         if isinstance(email, str) and email and email != "default":
-            return f"{email} ({kind}, Application Default Credentials)"
-        return f"{kind} (Application Default Credentials)"
+            return f"{email} ({kind}, {source})"
+        return f"{kind} ({source})"
 
     def token_with_expiry(self) -> tuple[str, float | None]:
         """(access token, expiry as Unix epoch seconds or None if unknown)."""
@@ -89,34 +92,60 @@ def default_token_provider(scope: str = READ_ONLY_SCOPE) -> GoogleAuthTokenProvi
     return GoogleAuthTokenProvider(scope=scope)
 
 
+def sends_token(endpoint: str, token_provider, send_token: bool | None = None) -> bool:
+    """Whether requests to ``endpoint`` carry a bearer token: ``send_token`` when given, else
+    always when the caller passed a ``token_provider`` (private endpoints and gateways need
+    it), else unless ``endpoint`` is an emulator (`gcsckpt.io.endpoint.is_emulator_endpoint`)."""
+    from gcsckpt.io.endpoint import is_emulator_endpoint
+
+    if send_token is not None:
+        return bool(send_token)
+    return token_provider is not None or not is_emulator_endpoint(endpoint)
+
+
+def credential_source(endpoint: str, token_provider, send_token: bool | None = None) -> str:
+    """Which credential source requests to ``endpoint`` use, as 401/403 errors name it (never
+    the token): "token_provider passed by the caller (<name>)", "Application Default
+    Credentials", "anonymous (emulator endpoint)" or "anonymous (send_token=False)"; a
+    `GoogleAuthTokenProvider` describes itself (credential type, ADC or passed by the caller).
+    It does not load ADC."""
+    if not sends_token(endpoint, token_provider, send_token):
+        return (
+            "anonymous (send_token=False)"
+            if send_token is False
+            else ("anonymous (emulator endpoint)")
+        )
+    if token_provider is None:
+        return "Application Default Credentials"
+    described = getattr(token_provider, "description", None)
+    if isinstance(described, str) and described:
+        return described
+    name = getattr(token_provider, "__qualname__", type(token_provider).__name__)
+    return f"token_provider passed by the caller ({name})"
+
+
 def engine_token_source(
     endpoint: str, token_provider, send_token: bool | None, scope: str = READ_ONLY_SCOPE
 ) -> tuple:
     """What the C++ engines (range reader, uploader) take as credentials: ``(source,
     description)``. ``source`` is None (send no token) or a callable returning a token or a
-    ``(token, expires_at_epoch_s)`` tuple; ``description`` names the credential in 401/403
-    errors, never the token.
+    ``(token, expires_at_epoch_s)`` tuple; ``description`` names the credential source and the
+    endpoint in 401/403 errors (`credential_source`), never the token.
 
     Args:
-        endpoint: the resolved endpoint; ``send_token=None`` sends a token unless it is an
-            emulator (``is_emulator_endpoint``).
+        endpoint: the resolved endpoint; ``send_token=None`` sends a token when a
+            ``token_provider`` is given, or else unless it is an emulator (`sends_token`).
         token_provider: a callable returning a token; None -> ADC with ``scope``.
 
     Raises:
         google.auth.exceptions.DefaultCredentialsError: a token is needed, none was given and
             no ADC is configured.
     """
-    from gcsckpt.io.endpoint import is_emulator_endpoint
-
-    if send_token is None:
-        send_token = not is_emulator_endpoint(endpoint)
-    if not send_token:
-        return None, "none (anonymous)"
+    if not sends_token(endpoint, token_provider, send_token):
+        return None, f"{credential_source(endpoint, token_provider, send_token)} at {endpoint}"
     provider = token_provider if token_provider is not None else default_token_provider(scope)
-    credential = getattr(provider, "description", None) or (
-        f"from token_provider {getattr(provider, '__qualname__', type(provider).__name__)}"
-    )
-    return getattr(provider, "token_with_expiry", provider), credential
+    credential = credential_source(endpoint, provider, True)
+    return getattr(provider, "token_with_expiry", provider), f"{credential} at {endpoint}"
 
 
 def token_provider_credentials(token_provider):

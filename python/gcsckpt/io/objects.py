@@ -20,8 +20,14 @@ import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
-from gcsckpt.io.auth import READ_WRITE_SCOPE, GoogleAuthTokenProvider, token_provider_credentials
-from gcsckpt.io.endpoint import is_emulator_endpoint, resolve_endpoint
+from gcsckpt.io.auth import (
+    READ_WRITE_SCOPE,
+    GoogleAuthTokenProvider,
+    credential_source,
+    sends_token,
+    token_provider_credentials,
+)
+from gcsckpt.io.endpoint import resolve_endpoint
 from gcsckpt.io.reader import RangeReader
 from gcsckpt.io.retry import RetryPolicy, api_core_retry
 from gcsckpt.io.store_errors import ObjectStoreError, gcs_error_shape, store_error
@@ -74,15 +80,17 @@ class ObjectStore:
     Args:
         endpoint: base URL; None -> $STORAGE_EMULATOR_HOST, else https://storage.googleapis.com
             (resolved by `gcsckpt.io.resolve_endpoint`).
-        token_provider: callable returning an OAuth2 access token; None -> google-auth ADC
-            (read-write scope, `gcsckpt.io.auth`). Never called for an emulator endpoint.
+        token_provider: callable returning an OAuth2 access token, sent to any endpoint; None ->
+            google-auth ADC (read-write scope, `gcsckpt.io.auth`), or anonymous for an emulator
+            endpoint.
         pool_size: connections kept alive (one per concurrent request).
         retry: the `gcsckpt.io.RetryPolicy` of every request (None -> its defaults).
         connect_timeout_s / stall_timeout_s: per attempt, the TCP connect limit and the longest
             wait for a byte (seconds); None -> the range reader's defaults.
 
     Errors (every method): FileNotFoundError for 404 where named, FileExistsError for a refused
-    precondition (412), ObjectStoreError for anything else after the retries.
+    precondition (412), ObjectStoreError for anything else after the retries (for 401/403 it
+    names the status, the endpoint and `credential_description`, never the token).
     """
 
     def __init__(
@@ -104,6 +112,8 @@ class ObjectStore:
             stall_timeout_s = _reader_default("stall_timeout_s")
         self.timeout_s = (float(connect_timeout_s), float(stall_timeout_s))  # (connect, read)
         self._token_provider = token_provider
+        # Which credential source requests use, for 401/403 errors (`gcsckpt.io.auth`).
+        self.credential_description = credential_source(self.endpoint, token_provider)
         self._pool_size = pool_size
         self._lock = threading.Lock()
         self._client = None
@@ -135,12 +145,17 @@ class ObjectStore:
         from google.cloud import storage
         from requests.adapters import HTTPAdapter
 
-        if is_emulator_endpoint(self.endpoint):
+        if not sends_token(self.endpoint, self._token_provider):
             credentials = AnonymousCredentials()
+            # Anonymous credentials cannot refresh: a 401 is reported as it came.
+            session = AuthorizedSession(credentials, refresh_status_codes=())
         else:
             provider = self._token_provider or GoogleAuthTokenProvider(scope=READ_WRITE_SCOPE)
+            if self._token_provider is None:
+                self.credential_description = credential_source(self.endpoint, provider)
             credentials = token_provider_credentials(provider)
-        session = self._session = AuthorizedSession(credentials)
+            session = AuthorizedSession(credentials)
+        self._session = session
         session.hooks["response"].append(gcs_error_shape)  # error bodies of any shape
         # Retries belong to the RetryPolicy, not to urllib3; one pool per scheme.
         adapter = HTTPAdapter(pool_connections=2, pool_maxsize=self._pool_size, max_retries=0)
@@ -168,7 +183,9 @@ class ObjectStore:
         except (FileNotFoundError, FileExistsError, ObjectStoreError):
             raise
         except Exception as exc:  # api_core, media, requests and google-auth errors alike
-            raise store_error(method, what, exc) from None
+            raise store_error(
+                method, what, exc, credential=f"{self.credential_description} at {self.endpoint}"
+            ) from None
 
     def _options(self) -> dict:
         return {"retry": self._retry, "timeout": self.timeout_s}

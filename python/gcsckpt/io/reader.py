@@ -156,8 +156,9 @@ class RangeReader(EngineFront):
         stall_timeout_s: an attempt that receives no byte for this long is retried (seconds).
         num_threads: worker threads, each driving one curl multi handle (added to the contract).
         recv_buffer_bytes: libcurl receive buffer per request (bytes).
-        send_token: None -> send a token unless the endpoint is an emulator
-            (``is_emulator_endpoint``); True/False forces it.
+        send_token: None -> send a token when ``token_provider`` is given (to any endpoint),
+            else unless the endpoint is an emulator (``is_emulator_endpoint``); True/False
+            forces it. 401/403 errors name the credential source and the endpoint.
 
     Defaults come from //bench:range_read; see ``gcsckpt.io.defaults``.
 

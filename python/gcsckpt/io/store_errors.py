@@ -97,8 +97,10 @@ def _attempts(exc: BaseException) -> int:
     return 1
 
 
-def store_error(method: str, what: str, exc: BaseException) -> OSError:
-    """The package's error for a failed library call on `what` (a gs:// URL) by `method`.
+def store_error(method: str, what: str, exc: BaseException, credential: str = "") -> OSError:
+    """The package's error for a failed library call on `what` (a gs:// URL) by `method`;
+    `credential` names the credential source and endpoint (never a token), quoted for HTTP
+    401/403.
 
     Returns:
         FileNotFoundError for HTTP 404; FileExistsError for 412 (a refused precondition), whose
@@ -112,6 +114,9 @@ def store_error(method: str, what: str, exc: BaseException) -> OSError:
         refused = FileExistsError(f"{what}: precondition failed (HTTP 412), the object exists")
         refused.attempts = _attempts(exc)
         return refused
+    denied = ""
+    if status in (401, 403) and credential:
+        denied = f" (permission denied for credential {redact(credential)})"
     return ObjectStoreError(
-        f"{method} {what} failed {after_attempts(_attempts(exc))}: {_cause(exc)}"
+        f"{method} {what} failed {after_attempts(_attempts(exc))}: {_cause(exc)}{denied}"
     )

@@ -138,7 +138,8 @@ class Uploader(EngineFront):
             ADC (``devstorage.read_write``).
         connect_timeout_s, stall_timeout_s: per request (seconds); a request with no byte sent
             or received for ``stall_timeout_s`` is retried.
-        send_token: None -> send a token unless the endpoint is an emulator; True/False forces.
+        send_token: None -> send a token when ``token_provider`` is given (to any endpoint),
+            else unless the endpoint is an emulator; True/False forces it.
 
     Raises:
         ValueError: an option is out of range (names it).

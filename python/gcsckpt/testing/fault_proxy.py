@@ -95,7 +95,13 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def _proxy(self) -> None:
         body = self._read_body()
-        fault = self.server.plan.choose(self.command, self.path, body, self.headers.get("Range"))
+        fault = self.server.plan.choose(
+            self.command,
+            self.path,
+            body,
+            self.headers.get("Range"),
+            self.headers.get("Content-Range"),
+        )
         if fault is not None and fault.kind == "status":
             self._answer_status(fault)
             return

@@ -49,6 +49,9 @@ class Fault:
       after_bytes: body bytes sent before a mid-body fault; None: half the body.
       echo_headers: kind "status" quotes the request's headers (Authorization too) and its
         bare credential in its error body, as a careless server might.
+      last_upload_request: match only the request that would finish a resumable upload (a
+        PUT whose Content-Range ends at the object's last byte, "bytes a-b/(b+1)"; with
+        media_only=False), as an endpoint that cannot commit an object fails it.
     """
 
     kind: str
@@ -61,6 +64,7 @@ class Fault:
     stall_s: float = 2.0
     after_bytes: int | None = None
     echo_headers: bool = False
+    last_upload_request: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -103,6 +107,12 @@ def is_media_read(method: str, path: str) -> bool:
     return method in ("GET", "HEAD") and query.get("alt") == ["media"]
 
 
+def _finishes_upload(content_range: str | None) -> bool:
+    """True for a resumable upload PUT's Content-Range that ends at the object's last byte."""
+    match = re.fullmatch(r"bytes (\d+)-(\d+)/(\d+)", (content_range or "").strip())
+    return match is not None and int(match[2]) + 1 == int(match[3])
+
+
 class FaultPlan:
     """Thread-safe: decides per request which Fault (if any) applies and counts injections.
 
@@ -121,11 +131,17 @@ class FaultPlan:
         self._lock = threading.Lock()
 
     def choose(
-        self, method: str, path: str, body: bytes | None = None, range_header: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        range_header: str | None = None,
+        content_range: str | None = None,
     ) -> Fault | None:
-        """Registers one request (with its body and Range header, if any) and returns the
-        fault to inject into it, or None."""
+        """Registers one request (with its body, Range and Content-Range headers, if any) and
+        returns the fault to inject into it, or None."""
         media = is_media_read(method, path)
+        finishing = method == "PUT" and _finishes_upload(content_range)
         name = object_of(path, body)
         with self._lock:
             self._requests += 1
@@ -134,6 +150,8 @@ class FaultPlan:
             chosen = None
             for i, fault in enumerate(self._faults):
                 if fault.media_only and not media:
+                    continue
+                if fault.last_upload_request and not finishing:
                     continue
                 if fault.object_name is not None and fault.object_name != name:
                     continue

@@ -8,6 +8,7 @@ import sys
 import tempfile
 import weakref
 
+from gcsckpt.io.names import check_bucket_name
 from gcsckpt.testing import clients, json_api, nginx_config
 from gcsckpt.testing.media_log import MediaRequest, settled_media_log
 from gcsckpt.testing.ports import LOOPBACK, free_port, port_is_free, wait_until_ready
@@ -270,7 +271,13 @@ class LocalGCS:
 
         `soft_delete_retention_s`: 0 makes deletes final (no soft-deleted copy is kept); None
         keeps GCS's default for new buckets (7 days, during which a deleted object's bytes are
-        kept, listed with softDeleted=true)."""
+        kept, listed with softDeleted=true).
+
+        Raises:
+            ValueError: `name` breaks GCS's bucket naming rules (`gcsckpt.io.names`; the
+                message names the rule), as GCS would refuse it.
+        """
+        check_bucket_name(name)
         self._require_running()
         json_api.create_bucket(self.endpoint, name, soft_delete_retention_s=soft_delete_retention_s)
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import pwd
+import re
 
 from gcsckpt.testing.server_http import (
     BODY_FILE_HEADER,
     ELAPSED_HEADER,
     JSON_API_ROOTS,
+    LONG_SEGMENT_MARK,
     UPLOADS_DIR,
 )
 
@@ -190,7 +192,14 @@ http {{
   default_type application/octet-stream;
   client_max_body_size 0;
   recursive_error_pages on;
-  map "$request_method:$arg_alt" $gcs_is_media {{ "GET:media" 1; "HEAD:media" 1; default ""; }}
+  # A name with a segment over 255 bytes (or one starting with the mark) is stored under a
+  # hashed file name (server_store.py) nginx cannot derive: its media reads go to the server.
+  map $gcs_object $gcs_long_name {{
+    "~(^|/)([^/]{{256}}|{re.escape(LONG_SEGMENT_MARK)})" 1; default "";
+  }}
+  map "$request_method:$arg_alt:$gcs_long_name" $gcs_is_media {{
+    "GET:media:" 1; "HEAD:media:" 1; default "";
+  }}
   # XML API object reads: GET/HEAD /BUCKET/OBJECT that are not about a multipart upload.
   map "$request_method:$arg_uploadid" $gcs_is_xml_read {{ "GET:" 1; "HEAD:" 1; default ""; }}
   # generation= / ifGenerationMatch= of a media read: digits only (anything else is a 400).

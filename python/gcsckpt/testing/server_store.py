@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import hashlib
 import json
 import logging
 import os
@@ -29,7 +30,7 @@ import threading
 import time
 import urllib.parse
 
-from server_http import UPLOADS_DIR
+from server_http import LONG_SEGMENT_MARK, UPLOADS_DIR
 from server_sums import LazyMD5, file_checksums, lower_this_threads_priority
 
 OBJECTS_DIR = ".cloudstorage"
@@ -123,17 +124,46 @@ def object_resource(
     return obj
 
 
+# GCS object names: 1-1,024 bytes of UTF-8, no CR or LF (gcsckpt.io.names holds the same rule;
+# this process runs without gcsckpt on sys.path).
+OBJECT_NAME_MAX_BYTES = 1024
+# A file name holds at most 255 bytes (ext4, xfs, tmpfs): a longer name segment is stored as
+# LONG_SEGMENT_MARK + its SHA-256 (hex), and so is a segment that starts with the mark, so two
+# names never share a file. nginx cannot open such a name's path (ENAMETOOLONG), so media reads
+# of names with a segment over 255 bytes are proxied here (nginx_config.py).
+SEGMENT_MAX_BYTES = 255
+
+
+def check_object_name(name: str) -> None:
+    """Raises ValueError (answered 400, as GCS does) for a name GCS refuses."""
+    size = len(name.encode("utf-8", "surrogatepass"))
+    if not 1 <= size <= OBJECT_NAME_MAX_BYTES:
+        raise ValueError(
+            f"object name of {size} bytes: GCS names are 1-{OBJECT_NAME_MAX_BYTES} bytes of UTF-8"
+        )
+    if "\r" in name or "\n" in name:
+        raise ValueError("object names must not contain a carriage return or line feed")
+
+
+def _disk_segment(segment: str) -> str:
+    if len(segment.encode()) <= SEGMENT_MAX_BYTES and not segment.startswith(LONG_SEGMENT_MARK):
+        return segment
+    return LONG_SEGMENT_MARK + hashlib.sha256(segment.encode()).hexdigest()
+
+
 def relative_path(name: str) -> str:
     """The path of object `name` below its bucket folder: empty and "." segments dropped (as
-    the kernel resolves the `a//b` nginx is asked for).
+    the kernel resolves the `a//b` nginx is asked for); a segment over 255 bytes (or starting
+    with LONG_SEGMENT_MARK) becomes the mark and its SHA-256.
 
     Raises:
-      ValueError: a ".." segment, or nothing left.
+      ValueError: a name GCS refuses, a ".." segment, or nothing left.
     """
+    check_object_name(name)
     parts = [p for p in name.split("/") if p and p != "."]
     if not parts or ".." in parts:
         raise ValueError(f"object name {name!r} cannot be stored on disk")
-    return "/".join(parts)
+    return "/".join(_disk_segment(p) for p in parts)
 
 
 class Store:

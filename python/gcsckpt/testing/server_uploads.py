@@ -35,7 +35,14 @@ from server_http import (
     request_started,
     send,
 )
-from server_store import BucketNotFound, Conflict, NotFound, PreconditionFailed, object_resource
+from server_store import (
+    BucketNotFound,
+    Conflict,
+    NotFound,
+    PreconditionFailed,
+    check_object_name,
+    object_resource,
+)
 from server_sums import HASHING_SLOTS, Checksums, copy_range, file_checksums
 
 _RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)")
@@ -132,6 +139,10 @@ class JSONUploads:
         name = (query.get("name") or [None])[0] or (metadata or {}).get("name")
         if not name:
             raise APIError(400, "required", "Required parameter: name")
+        try:
+            check_object_name(name)  # refused before any byte is taken, as GCS does
+        except ValueError as err:
+            raise APIError(400, "invalid", str(err)) from None
         return name
 
     @staticmethod

@@ -8,6 +8,8 @@ Out: a CheckpointReadError whose message names rank, `gs://bucket/object`, byte 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gcsckpt.dcp.paths import METADATA_NAME, CheckpointLocation
 from gcsckpt.io import RangeReadError
 from gcsckpt.io.errors import CRC32C_MISMATCH, GENERATION_CHANGED, failure_cause, failure_where
@@ -50,11 +52,21 @@ class LoadErrors:
     Args:
         location: the checkpoint (bucket and prefix); relative paths are resolved below it.
         rank: the loading rank, named in every message.
+        live_generation: object name (in the checkpoint's bucket) -> its live generation, or
+            None when it does not exist (one metadata GET; OSError when that fails). Asked
+            only when a GET of a pinned generation got HTTP 404, to tell a deleted object
+            ("object deleted during load") from a replaced one; None -> never asked.
     """
 
-    def __init__(self, location: CheckpointLocation, rank: int) -> None:
+    def __init__(
+        self,
+        location: CheckpointLocation,
+        rank: int,
+        live_generation: Callable[[str], int | None] | None = None,
+    ) -> None:
         self.location = location
         self.rank = rank
+        self._live_generation = live_generation
 
     def at(self, path: str, offset: int, length: int, cause: str) -> CheckpointReadError:
         """The error for bytes [offset, offset + length) of relative object `path`."""
@@ -70,19 +82,43 @@ class LoadErrors:
     def from_range_error(self, error: RangeReadError) -> CheckpointReadError:
         """The range reader's failed requests (bucket, object, offset, length, HTTP status,
         error text, attempts), one failure each; its message alone if it lists none."""
+        deleted: dict[str, str | None] = {}  # object -> its "deleted" cause: one stat each
         failures = [
             dict(
                 bucket=f.get("bucket"),
                 object=f.get("object"),
                 offset=f.get("offset", 0),
                 length=f.get("length", 0),
-                cause=_cause(f),
+                cause=self._deleted_cause(f, deleted) or _cause(f),
             )
             for f in getattr(error, "failures", None) or []
         ]
         if not failures:
             return CheckpointReadError(self.rank, [], summary=str(error))
         return CheckpointReadError(self.rank, failures)
+
+    def _deleted_cause(self, failure: dict, seen: dict[str, str | None]) -> str | None:
+        """The cause "object deleted during load" when a GET of the pinned generation got HTTP
+        404 and the object has no live version now; None otherwise (or when that cannot be
+        told). `seen` keeps each object's answer, so an object is looked up once."""
+        pinned = failure.get("pinned_generation") or 0
+        if failure.get("cause") != GENERATION_CHANGED or failure.get("status") != 404:
+            return None
+        if not pinned or self._live_generation is None:
+            return None
+        name = failure.get("object")
+        if name not in seen:
+            try:
+                gone = self._live_generation(name) is None  # else replaced, not deleted
+            except (OSError, ValueError):
+                gone = False
+            seen[name] = (
+                f"object deleted during load: generation {pinned} was read from it and the"
+                " object no longer exists (HTTP 404)"
+                if gone
+                else None
+            )
+        return seen[name]
 
     def missing_entry(self, item) -> ValueError:
         """A ReadItem whose storage index `.metadata`'s storage_data does not hold."""
