@@ -10,10 +10,18 @@ Usage::
     dcp.load(state_dict, storage_reader=reader, planner=GCSLoadPlanner())  # planner optional
     print(reader.load_stats)
 
-In a training job, `GCSCheckpointer(mode)` (gcsckpt.dcp.checkpointer) sets up staging, plan
-caching, the writer and its priorities for saves every N steps.
+In a training job, `GCSCheckpointer(mode, root="gs://bucket/run", keep_latest=K)`
+(gcsckpt.dcp.checkpointer) sets up staging, plan caching, the writer and its priorities for saves
+every N steps, and owns the run's steps (`save(state, step=N)`, `steps()`, `latest()`,
+`load(state)`, retention, a node-local tier); `gcsckpt.dcp.steps` lists and checks a run's steps.
 """
 
+from gcsckpt.dcp.checkpoint_errors import (
+    CheckpointError,
+    CheckpointLoadError,
+    CheckpointSaveError,
+    NoCheckpointError,
+)
 from gcsckpt.dcp.checkpointer import GCSCheckpointer
 from gcsckpt.dcp.load.errors import CheckpointReadError
 from gcsckpt.dcp.load.stats import LoadStats
@@ -26,13 +34,17 @@ from gcsckpt.dcp.writer import GCSStorageWriter
 from gcsckpt.io.objects import ObjectStore, ObjectStoreError  # re-exported: moved to gcsckpt.io
 
 __all__ = [
+    "CheckpointError",
+    "CheckpointLoadError",
     "CheckpointReadError",
+    "CheckpointSaveError",
     "GCSCheckpointer",
     "GCSLoadPlanner",
     "GCSSavePlanner",
     "GCSStorageReader",
     "GCSStorageWriter",
     "LoadStats",
+    "NoCheckpointError",
     "ObjectStore",
     "ObjectStoreError",
     "SaveStats",
