@@ -370,3 +370,20 @@ def test_step_listing_names_objects_of_uncommitted_steps(gcs):
         (1, True, True, ""),
     ]
     assert infos[0].bytes == 10 and infos[0].updated is not None
+
+
+def test_local_copy_of_another_save_of_the_same_step_is_not_used(gcs, tmp_path):
+    root = f"gs://{BUCKET}/resaved"
+    ckpt = GCSCheckpointer("sync", root=root, local_dir=tmp_path, endpoint=gcs.endpoint)
+    ckpt.save(_state(1), step=1)
+    ckpt.close()
+    store = ObjectStore(gcs.endpoint)
+    for name in _names(gcs, "resaved/"):  # the run is restarted from scratch elsewhere
+        store.delete(BUCKET, name)
+    elsewhere = GCSCheckpointer("sync", root=root, endpoint=gcs.endpoint)
+    elsewhere.save(_state(11), step=1)
+    elsewhere.close()
+    state = _blank()
+    assert ckpt.load(state) == 1 and ckpt.last_load["source"] == "gcs"
+    assert "another save of step-1" in ckpt.last_load["local_problem"]
+    assert torch.equal(state["w"], _state(11)["w"])

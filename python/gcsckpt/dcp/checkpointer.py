@@ -63,6 +63,14 @@ _SHARED_OPTIONS = ("endpoint", "token_provider", "retry")
 log = logging.getLogger(__name__)
 
 
+def _metadata_generation(info: StepInfo) -> int | None:
+    """The generation of a step's `.metadata` in its listing (None: not reported)."""
+    for obj in info.objects:
+        if obj.name.endswith("/.metadata") or obj.name == ".metadata":
+            return obj.generation
+    return None
+
+
 class _KeepingStager(DefaultStager):
     """DefaultStager that keeps the state dict it staged last (for the local tier's copy)."""
 
@@ -223,7 +231,7 @@ class GCSCheckpointer:
             self._saving = None
             self._committed(url)
             if self._tier is not None and step is not None:
-                self._write_local(state_dict, step)
+                self._write_local(state_dict, step, url, None)
             return None
         kind = (
             AsyncCheckpointerType.PROCESS
@@ -247,7 +255,9 @@ class GCSCheckpointer:
         self._future.add_done_callback(lambda f: self._done(f, url))
         if self._tier is not None and step is not None and self._stager.staged is not None:
             staged = self._stager.staged
-            self._local_future = self._pool().submit(self._write_local, staged, step)
+            self._local_future = self._pool().submit(
+                self._write_local, staged, step, url, self._future
+            )
         return self._future
 
     def _done(self, future: Future, url: str) -> None:  # the upload thread
@@ -263,9 +273,18 @@ class GCSCheckpointer:
             with self._lock:
                 self._retention_runs.append(run)
 
-    def _write_local(self, state_dict: dict[str, Any], step: int) -> None:
+    def _write_local(
+        self, state_dict: dict[str, Any], step: int, url: str, upload: Future | None
+    ) -> None:
+        def committed() -> int | None:
+            if upload is not None:
+                upload.result()  # raises when the GCS save failed: no manifest, copy unused
+            location = parse_root(url)
+            info = self._object_store().stat(location.bucket, location.object_name(".metadata"))
+            return None if info is None else info.generation
+
         try:
-            self._tier.write(state_dict, step)
+            self._tier.write(state_dict, step, committed)
         except (CheckpointException, Exception) as exc:  # never fails training: GCS has it
             log.warning("local copy of step-%d in %s failed: %s", step, self._tier.base, exc)
 
@@ -367,12 +386,16 @@ class GCSCheckpointer:
         listed: Any = None
         if self._rank == 0:
             try:
-                listed = self.steps()
+                listed = [
+                    (i.step, _metadata_generation(i)) for i in self.step_infos() if i.complete
+                ]
             except Exception as exc:  # every rank must hear of it
                 listed = exc
         listed = self._broadcast(listed)
         if isinstance(listed, BaseException):
             raise CheckpointLoadError(f"listing {root} failed: {listed}", url=root) from listed
+        generations = dict(listed)
+        listed = [s for s, _ in listed]
         if step is not None:
             if step not in listed:
                 raise NoCheckpointError(
@@ -390,7 +413,7 @@ class GCSCheckpointer:
             url = step_url(root, candidate)
             self._hold(url)
             try:
-                if i == 0 and self._load_local(state_dict, candidate):
+                if i == 0 and self._load_local(state_dict, candidate, generations[candidate]):
                     self.last_load.update(step=candidate, source="local")
                     return candidate
                 try:
@@ -425,13 +448,13 @@ class GCSCheckpointer:
         )
         raise error from first_cause(failure)[1] if failure is not None else None
 
-    def _load_local(self, state_dict: dict[str, Any], step: int) -> bool:
+    def _load_local(self, state_dict: dict[str, Any], step: int, generation: int | None) -> bool:
         """Loads step `step` from every rank's local copy when all ranks have a whole one."""
         if self._tier is None:
             return False
         problem = "no local copy"
         if self._tier.newest() == step:
-            problem = self._tier.verify(step)
+            problem = self._tier.verify(step, generation)
         elif self._tier.newest() is not None:
             problem = f"local copy is step-{self._tier.newest()}, loading step-{step}"
         if problem and self._tier.newest() is not None:

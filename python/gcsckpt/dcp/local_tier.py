@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 import torch.distributed.checkpoint as dcp
@@ -71,9 +72,14 @@ class LocalTier:
         """The folder of step `step`'s copy."""
         return os.path.join(self.base, f"step-{step}")
 
-    def write(self, state_dict: dict[str, Any], step: int) -> None:
+    def write(
+        self, state_dict: dict[str, Any], step: int, committed: Callable[[], int | None]
+    ) -> None:
         """Saves this rank's `state_dict` as step `step` (torch FileSystemWriter, no_dist), then
-        its manifest, then removes older copies.
+        waits for GCS's commit (`committed()`: the generation of the step's `.metadata` in GCS,
+        None if unknown; it raises when the GCS save failed), then writes the manifest, which
+        records that generation (a copy matches that commit only, not a later save of the same
+        step), then removes older copies.
 
         Raises:
             OSError / torch's CheckpointException: the copy failed (the caller logs it; GCS is
@@ -91,7 +97,13 @@ class LocalTier:
         for name in sorted(os.listdir(folder)):
             path = os.path.join(folder, name)
             files[name] = {"size": os.path.getsize(path), "crc32c": file_crc32c(path)}
-        manifest = {"step": step, "rank": self.rank, "world_size": self.world_size, "files": files}
+        manifest = {
+            "step": step,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "gcs_generation": committed(),
+            "files": files,
+        }
         tmp = os.path.join(folder, MANIFEST + ".tmp")
         with open(tmp, "w") as f:
             json.dump(manifest, f)
@@ -107,9 +119,10 @@ class LocalTier:
                     steps.append(int(name[5:]))
         return max(steps) if steps else None
 
-    def verify(self, step: int) -> str:
-        """ "" when step `step`'s copy is whole (manifest present, every file's size and CRC-32C
-        as recorded); otherwise what is wrong, naming the file."""
+    def verify(self, step: int, gcs_generation: int | None) -> str:
+        """Empty when step `step`'s copy is whole (manifest present, every file's size and
+        CRC-32C as recorded) and of the GCS commit at `gcs_generation` (when both are known);
+        otherwise what is wrong, naming the file."""
         folder = self.folder(step)
         try:
             with open(os.path.join(folder, MANIFEST)) as f:
@@ -118,6 +131,12 @@ class LocalTier:
             return f"{folder}: no readable {MANIFEST} ({exc})"
         if (manifest.get("step"), manifest.get("world_size")) != (step, self.world_size):
             return f"{folder}/{MANIFEST} is for another step or world size"
+        recorded = manifest.get("gcs_generation")
+        if None not in (recorded, gcs_generation) and recorded != gcs_generation:
+            return (
+                f"{folder} is a copy of .metadata generation {recorded}, GCS holds"
+                f" generation {gcs_generation} (another save of step-{step})"
+            )
         for name, want in manifest.get("files", {}).items():
             path = os.path.join(folder, name)
             try:
