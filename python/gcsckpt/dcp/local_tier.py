@@ -13,10 +13,12 @@ the newest complete step in GCS (decided by `GCSCheckpointer.load`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -49,6 +51,15 @@ def file_crc32c(path: str) -> int:
         while chunk := f.read(_READ_BYTES):
             value = crc32c(chunk, value)
     return value
+
+
+@contextlib.contextmanager
+def _no_single_process_warning():
+    # no_dist is the point here: torch's "assuming the intent is to save in a single process"
+    # warning says nothing to the user.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        yield
 
 
 class LocalTier:
@@ -88,11 +99,12 @@ class LocalTier:
         folder = self.folder(step)
         shutil.rmtree(folder, ignore_errors=True)
         os.makedirs(folder)
-        dcp.save(
-            state_dict,
-            storage_writer=FileSystemWriter(folder, sync_files=False, overwrite=True),
-            no_dist=True,
-        )
+        with _no_single_process_warning():
+            dcp.save(
+                state_dict,
+                storage_writer=FileSystemWriter(folder, sync_files=False, overwrite=True),
+                no_dist=True,
+            )
         files = {}
         for name in sorted(os.listdir(folder)):
             path = os.path.join(folder, name)
@@ -152,7 +164,8 @@ class LocalTier:
     def load(self, state_dict: dict[str, Any], step: int) -> None:
         """Loads this rank's copy of step `step` into `state_dict` (torch FileSystemReader,
         no_dist). Raises what `dcp.load` raises."""
-        dcp.load(state_dict, storage_reader=FileSystemReader(self.folder(step)), no_dist=True)
+        with _no_single_process_warning():
+            dcp.load(state_dict, storage_reader=FileSystemReader(self.folder(step)), no_dist=True)
 
     def discard(self, keep: int | None = None) -> None:
         """Removes every copy but step `keep`'s (None: every copy)."""
