@@ -1,14 +1,15 @@
 """A small FSDP2 training job that checkpoints to GCS with gcsckpt, asynchronously, and resumes.
 
 Every rank trains a 3-layer MLP sharded with FSDP2 (`fully_shard`, Shard(0) over all ranks) on
-gloo CPU ranks. Every `--save_every` steps it starts `dcp.async_save(..., storage_writer=
-GCSStorageWriter("gs://.../step-N"))` and keeps training while the upload runs (one save in
-flight at a time, on its own gloo process group so its collectives never interleave with
-FSDP's). On start it lists the checkpoint prefix and resumes from the newest `step-N` whose
-`.metadata` exists; a save that was interrupted has data objects but no `.metadata` and is
-skipped. Batches are a function of (step, rank) and the model, AdamW state and step counter are
-all in the checkpoint, so a resumed run prints the same loss values, bit for bit, as one that
-was never interrupted.
+gloo CPU ranks. Checkpoints go through `GCSCheckpointer("thread", root=..., keep_latest=...,
+local_dir=...)`: every `--save_every` steps `ckpt.save(state, step=N)` copies the state and
+returns while the upload to `root/step-N` runs (one save in flight at a time, on its own gloo
+group); old steps are deleted in the background (`--keep_latest`) and each rank keeps its newest
+checkpoint on the node too (`--local_tier`). On start `ckpt.load(state)` resumes from the newest
+complete step (from the node's copy when it is that step and verifies, else from GCS); a save
+that was interrupted has data objects but no `.metadata` and is skipped. Batches are a function of
+(step, rank) and the model, AdamW state and step counter are all in the checkpoint, so a resumed
+run prints the same loss values, bit for bit, as one that was never interrupted.
 
 Run it (4 ranks; without --bucket it starts a local GCS endpoint whose objects persist in
 --local_dir, so a second run resumes):
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import threading
@@ -43,10 +43,9 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.dcp import GCSCheckpointer, GCSStorageWriter
 
 LOCAL_BUCKET = "train-fsdp"
-_STEP_DIR = re.compile(r"^step-(\d+)/(.+)$")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -70,6 +69,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="at the end, time one synchronous dcp.save of the final state (vs the async blocking)",
     )
     parser.add_argument("--width", type=int, default=256, help="hidden width of the MLP")
+    parser.add_argument("--keep_latest", type=int, default=3, help="complete steps kept in GCS")
+    parser.add_argument(
+        "--local_tier",
+        default="auto",
+        help="node-local copies: a folder, 'off', or 'auto' (<local_dir>/tier on the local"
+        " endpoint, /dev/shm/gcsckpt with --bucket)",
+    )
     return parser.parse_args(argv)
 
 
@@ -112,40 +118,6 @@ class Job:
         model_sd, optim_sd = get_state_dict(self.model, self.optim)
         return {"model": model_sd, "optim": optim_sd, "trainer": {"step": self.step}}
 
-    def load(self, url: str, endpoint: str | None) -> None:
-        state = self.state_dict()
-        dcp.load(state, storage_reader=GCSStorageReader(url, endpoint=endpoint))
-        set_state_dict(
-            self.model, self.optim, model_state_dict=state["model"], optim_state_dict=state["optim"]
-        )
-        self.step = state["trainer"]["step"]
-
-
-def checkpoint_steps(base: str, endpoint: str | None) -> tuple[list[int], list[int]]:
-    """(complete, incomplete) step numbers under gs://bucket/prefix, by listing its objects.
-
-    Complete: `step-N/.metadata` exists (GCSStorageWriter writes it last). Listing uses
-    google-cloud-storage (Application Default Credentials; anonymous against a local endpoint).
-    """
-    from google.cloud import storage
-
-    bucket, _, prefix = base.removeprefix("gs://").partition("/")
-    prefix = prefix.rstrip("/") + "/" if prefix else ""
-    if endpoint:
-        from gcsckpt.testing import storage_client
-
-        client = storage_client(endpoint)
-    else:
-        client = storage.Client()
-    seen: dict[int, bool] = {}
-    for blob in client.list_blobs(bucket, prefix=prefix + "step-"):
-        match = _STEP_DIR.match(blob.name[len(prefix) :])
-        if match:
-            step = int(match.group(1))
-            seen[step] = seen.get(step, False) or match.group(2) == ".metadata"
-    complete = sorted(s for s, ok in seen.items() if ok)
-    return complete, sorted(s for s, ok in seen.items() if not ok)
-
 
 def start_local_endpoint(local_dir: str):
     """Rank 0: LocalGCS keeping objects in local_dir; returns it (None on other ranks)."""
@@ -173,23 +145,40 @@ def train(args: argparse.Namespace) -> None:
         base, endpoint = f"gs://{LOCAL_BUCKET}/{args.prefix}", shared[0]
     try:
         job = Job(args.width)
-        # Rank 0 lists; every rank resumes from the same step.
-        found = [checkpoint_steps(base, endpoint) if rank == 0 else None]
+        tier = args.local_tier
+        if tier == "auto":
+            tier = True if args.bucket else os.path.join(args.local_dir, "tier")
+        ckpt = GCSCheckpointer(
+            "thread",
+            root=base,
+            keep_latest=args.keep_latest,
+            local_dir=None if tier == "off" else tier,
+            endpoint=endpoint,
+        )
+        # Rank 0 lists (for the message); ckpt.load lists again and every rank loads one step.
+        found = [[i.step for i in ckpt.step_infos() if not i.complete] if rank == 0 else None]
         dist.broadcast_object_list(found, src=0)
-        complete, incomplete = found[0]
-        if complete:
-            url = f"{base}/step-{complete[-1]}"
-            started = time.perf_counter()
-            job.load(url, endpoint)
-            skipped = [s for s in incomplete if s > complete[-1]]
+        started = time.perf_counter()
+        state = job.state_dict()
+        loaded = ckpt.load(state)
+        if loaded is not None:
+            set_state_dict(
+                job.model,
+                job.optim,
+                model_state_dict=state["model"],
+                optim_state_dict=state["optim"],
+            )
+            job.step = state["trainer"]["step"]
+            skipped = [s for s in found[0] if s > loaded]
+            skipped += [s for s, _ in ckpt.last_load["skipped"]]
             log(
-                f"resume: {url} (step {job.step}) loaded in {time.perf_counter() - started:.2f} s;"
-                f" skipped incomplete: {', '.join(f'step-{s}' for s in skipped) or 'none'}"
+                f"resume: {base}/step-{loaded} (step {job.step}) loaded from"
+                f" {ckpt.last_load['source']} in {time.perf_counter() - started:.2f} s;"
+                f" skipped incomplete: {', '.join(f'step-{s}' for s in sorted(skipped)) or 'none'}"
             )
         else:
             log(f"resume: no complete checkpoint under {base}; starting at step 0")
 
-        ckpt_group = dist.new_group(backend="gloo")  # the upload thread's collectives
         pending: PendingSave | None = None
         blocked_s = []
         while job.step < args.steps:
@@ -198,10 +187,11 @@ def train(args: argparse.Namespace) -> None:
             if job.step % args.save_every == 0:
                 if pending is not None:
                     pending.wait()  # one save in flight
-                pending = PendingSave(job, f"{base}/step-{job.step}", endpoint, ckpt_group)
+                pending = PendingSave(job, ckpt)
                 blocked_s.append(pending.blocked_s)
         if pending is not None:
             pending.wait()
+        ckpt.close()  # waits for the last save, its local copy and retention
         summary = f"done: {job.step} steps"
         if blocked_s:
             mean_ms = 1e3 * sum(blocked_s) / len(blocked_s)
@@ -225,16 +215,15 @@ def train(args: argparse.Namespace) -> None:
 
 
 class PendingSave:
-    """One dcp.async_save in flight: its future, and how long starting it blocked the loop."""
+    """One `ckpt.save` in flight: its future, and how long the call blocked the loop."""
 
-    def __init__(self, job: Job, url: str, endpoint: str | None, group) -> None:
-        self.name = url.rsplit("/", 1)[-1]
+    def __init__(self, job: Job, ckpt: GCSCheckpointer) -> None:
+        self.name = f"step-{job.step}"
         self._reported = threading.Event()
         started = time.perf_counter()
-        # overwrite=False: an interrupted save of this step (no .metadata) is simply replaced,
-        # while a complete checkpoint is never clobbered.
-        writer = GCSStorageWriter(url, endpoint=endpoint)
-        self.future = dcp.async_save(job.state_dict(), storage_writer=writer, process_group=group)
+        # An interrupted save of this step (no .metadata) is simply replaced, while a complete
+        # checkpoint is never clobbered.
+        self.future = ckpt.save(job.state_dict(), step=job.step)
         self.blocked_s = time.perf_counter() - started
         blocked_ms = 1e3 * self.blocked_s
         log(f"save {self.name}: async_save returned after {blocked_ms:.1f} ms; training continues")

@@ -10,8 +10,9 @@ import math
 import pytest
 
 from ckptbench.resume import RestartSpec, format_table, measure_cold_restart, prepare_checkpoint
-from ckptbench.resume.listing import complete_steps, list_names, split_url
+from ckptbench.resume.listing import list_names, split_url
 from ckptbench.resume.measure import PHASES
+from gcsckpt.dcp.steps import committed_steps
 from gcsckpt.testing import LocalGCS
 
 BUCKET = "resume-test"
@@ -29,8 +30,8 @@ def test_complete_steps_need_their_metadata():
         "run/sync-step-9/.metadata",
         "other/step-20/.metadata",
     ]
-    assert complete_steps(names, "run") == ([4, 8], [12])
-    assert complete_steps(["step-3/.metadata", "step-5/a"], "") == ([3], [5])
+    assert committed_steps(names, "run") == ([4, 8], [12])
+    assert committed_steps(["step-3/.metadata", "step-5/a"], "") == ([3], [5])
 
 
 def test_split_url():

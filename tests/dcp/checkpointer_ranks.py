@@ -137,3 +137,43 @@ def process_reuse(rank: int, endpoint: str, log_dir: str) -> dict[str, Any]:
             mismatches(load_local(endpoint, f"reuse/{i}"), s) for i, s in enumerate(snapshots)
         ],
     }
+
+
+def run_steps(rank: int, endpoint: str, local_dir: str) -> dict[str, Any]:
+    """FSDP2 on every rank: thread-mode saves at steps 1..4 under a root with keep_latest=2 and
+    a local tier, then loads into a fresh model: from the local tier, then (tier removed on one
+    rank) from GCS, and an explicit older step. Returns steps, sources and mismatches."""
+    root = f"gs://{BUCKET}/run-steps"
+    trainer = Trainer()
+    ckpt = GCSCheckpointer(
+        "thread", root=root, keep_latest=2, local_dir=local_dir, endpoint=endpoint
+    )
+    snapshots = {}
+    for step in range(1, 5):
+        trainer.step()
+        state = trainer.state()
+        snapshots[step] = local_values(state)
+        ckpt.save(state, step=step)
+        _bump(state)  # staging really copied: the checkpoint keeps the values at the call
+        trainer.step()
+    ckpt.close()
+    dist.barrier()
+    report: dict[str, Any] = {"steps": ckpt.steps()}
+    fresh = Trainer(seed=7)
+    fresh.step()
+    again = GCSCheckpointer(
+        "thread", root=root, keep_latest=2, local_dir=local_dir, endpoint=endpoint
+    )
+    state = fresh.state()
+    report["local"] = (again.load(state), again.last_load["source"])
+    report["local_mismatches"] = mismatches(local_values(state), snapshots[4])
+    if rank == 1:
+        again._tier.discard()  # one rank without its copy: every rank reads GCS
+    state = fresh.state()
+    report["gcs"] = (again.load(state), again.last_load["source"])
+    report["gcs_mismatches"] = mismatches(local_values(state), snapshots[4])
+    state = fresh.state()
+    report["older"] = (again.load(state, step=3), again.last_load["source"])
+    report["older_mismatches"] = mismatches(local_values(state), snapshots[3])
+    again.close()
+    return report

@@ -1,7 +1,8 @@
 """GCSCheckpointer on 2 gloo ranks against a local endpoint: each mode's round trip exact at its
 step with the state changed right after the call (staging really copied), the plan cache reused
 for an unchanged layout and a fresh plan for a changed one, and PROCESS-mode saves that build
-the writer's clients once in torch's checkpoint process."""
+the writer's clients once in torch's checkpoint process; a run's steps under FSDP2 (retention,
+the local tier, GCS when one rank lacks its copy)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,11 @@ def test_process_mode_builds_the_writers_clients_once(gcs, tmp_path):
         assert all(e["builds"].get("store", 0) <= 1 for e in entries)
         assert len({e["uploader"] for e in entries}) == 1
         assert report["mismatches"] == [[], [], []]
+
+
+def test_run_steps_retention_and_local_tier_on_fsdp2(gcs, tmp_path):
+    for report in _run(checkpointer_ranks.run_steps, gcs.endpoint, str(tmp_path)):
+        assert report["steps"] == [4, 3]  # keep_latest=2
+        assert report["local"] == (4, "local") and report["local_mismatches"] == []
+        assert report["gcs"] == (4, "gcs") and report["gcs_mismatches"] == []
+        assert report["older"] == (3, "gcs") and report["older_mismatches"] == []

@@ -296,7 +296,9 @@ def test_pins_come_from_one_listing_and_check_the_commit_order():
         pin_generations(_listing(30, 10, 31), "ckpt/step1/", ".metadata", 30, {"a", "b"}, errors)
     assert str(info.value) == (
         "rank 3: checkpoint load failed: gs://bkt/ckpt/step1/b: object changed during load:"
-        " generation 31 was written after .metadata (generation 30)"
+        " generation 31 was written after .metadata (generation 30); a checkpoint copied"
+        " object by object (gcloud storage cp -r, rsync) is in another order: load it with"
+        " GCSStorageReader(..., check_commit_order=False)"
     )
     relaxed = pin_generations(
         _listing(30, 10, 31),

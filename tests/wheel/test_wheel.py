@@ -65,6 +65,12 @@ def test_name_and_tags(wheel):
     assert f"Tag: {TAG}-{TAG}-linux_x86_64" in fields
 
 
+def test_declares_the_gcsckpt_console_script(wheel):
+    entry_points = wc.read(wheel, f"{DIST_INFO}/entry_points.txt").decode().splitlines()
+    assert "[console_scripts]" in entry_points
+    assert "gcsckpt = gcsckpt.cli:main" in entry_points
+
+
 def test_holds_exactly_the_package_sources_and_the_extension(contents):
     sources = _package_sources()
     assert len(sources) > 30  # io, dcp and testing modules
@@ -78,7 +84,8 @@ def test_holds_exactly_the_package_sources_and_the_extension(contents):
     built = (RUNFILES / "cc/gcsio/_gcsio.so").read_bytes()
     assert contents[EXTENSION_FILE] == hashlib.sha256(built).hexdigest()
     others = set(contents) - set(shipped) - {EXTENSION_FILE}
-    assert others == {f"{DIST_INFO}/{n}" for n in ("METADATA", "WHEEL", "RECORD", "top_level.txt")}
+    names = ("METADATA", "WHEEL", "RECORD", "top_level.txt", "entry_points.txt")
+    assert others == {f"{DIST_INFO}/{n}" for n in names}
 
 
 def test_record_lists_every_file_with_its_hash(wheel, contents):
@@ -238,6 +245,16 @@ def test_installed_wheel_saves_and_loads_fsdp2_on_two_ranks(wheel, gcs, tmp_path
     runfiles = str(RUNFILES.resolve())
     assert [p for p in report["sys_path"] if p.startswith(runfiles) or "runfiles" in p] == []
     assert [r["rank"] for r in report["ranks"]] == [0, 1]
+    # The console script, installed beside the venv's python (no step-N folders at the top).
+    listed = subprocess.run(
+        [venv / "bin" / "gcsckpt", "ls", f"gs://{BUCKET}", "--endpoint", gcs.endpoint],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr[-4000:]
+    assert listed.stdout.split() == ["step", "bytes", "objects", "complete", "age", "problem"]
     for rank in report["ranks"]:
         assert rank["mismatches"] == []
         assert rank["compared"] == 4 + 4 * 3 + 1  # 4 params; step, exp_avg, exp_avg_sq each; groups

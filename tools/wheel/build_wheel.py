@@ -134,6 +134,9 @@ def pyproject(args: argparse.Namespace, packages: list[str], data: dict[str, lis
         f'requires-python = ">={major}.{minor},<{major}.{minor + 1}"',
         f"dependencies = {_toml_list(sorted(requires))}",
         "",
+        "[project.scripts]",
+        *(f"{name} = {json.dumps(target)}" for name, target in _pairs(args.script, "script")),
+        "",
         "[project.optional-dependencies]",
         *(f"{extra} = {_toml_list(sorted(deps))}" for extra, deps in sorted(extras.items())),
         "",
@@ -215,6 +218,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--readme", required=True, help="long description (Markdown)")
     parser.add_argument("--requires", action="append", default=[], help="DIST:minor|major")
     parser.add_argument("--extra", action="append", default=[], help="DIST:EXTRA")
+    parser.add_argument("--script", action="append", default=[], help="NAME:MODULE:FUNCTION")
     parser.add_argument("--file", action="append", default=[], help="a package file")
     build(parser.parse_args(argv))
 

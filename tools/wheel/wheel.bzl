@@ -11,6 +11,7 @@ load("@local_python//:wheel_tags.bzl", "PLATFORM_TAG", "PYTHON_TAG")
 # root) and gcsckpt.models and gcsckpt.parallel are run through Bazel. Shared with
 # //tests/wheel, which checks the wheel holds exactly these sources.
 WHEEL_LIBS = [
+    "//python:cli",
     "//python:dcp",
     "//python:io",
     "//python:testing",
@@ -52,6 +53,8 @@ def _gcsckpt_wheel_impl(ctx):
         args.add("--requires", "%s:%s" % (dist, policy))
     for dist, extra in ctx.attr.extras.items():
         args.add("--extra", "%s:%s" % (dist, extra))
+    for name, target in ctx.attr.scripts.items():
+        args.add("--script", "%s:%s" % (name, target))
     args.add_all(files, before_each = "--file")
     ctx.actions.run(
         executable = ctx.executable._builder,
@@ -72,6 +75,7 @@ gcsckpt_wheel = rule(
         "distribution": attr.string(mandatory = True, doc = "distribution name (gcsckpt)"),
         "version": attr.string(mandatory = True),
         "summary": attr.string(mandatory = True, doc = "one-line Summary metadata"),
+        "scripts": attr.string_dict(doc = "console scripts: name -> module:function"),
         "libs": attr.label_list(providers = [PyInfo], doc = "py_library targets to ship"),
         "package_root": attr.string(default = "python", doc = "folder that holds the package"),
         "extension": attr.label(allow_single_file = [".so"], mandatory = True),

@@ -1,31 +1,9 @@
-"""Which ``step-N`` checkpoints under a prefix are complete: ``.metadata`` is written last, so a
-folder without it is a save that never finished (a killed job, a failed upload) and is skipped.
-Each arm lists with its own client, as its user would: gcsckpt's ObjectStore, or gcsfs."""
+"""The names under a run's ``step-`` folders, listed with each arm's own client, as its user
+would: gcsckpt's ObjectStore, or gcsfs. Which steps are committed (``.metadata`` is written last,
+so a folder without it is a save that never finished) is the library's one definition,
+``gcsckpt.dcp.steps.committed_steps``, applied to either arm's names."""
 
 from __future__ import annotations
-
-import re
-from collections.abc import Iterable
-
-_STEP = re.compile(r"^step-(\d+)/(.+)$")
-METADATA = ".metadata"
-
-
-def complete_steps(names: Iterable[str], prefix: str) -> tuple[list[int], list[int]]:
-    """(complete, incomplete) step numbers, ascending, among object names below `prefix`.
-
-    Args:
-      names: object names (``<prefix>/step-<N>/<object>``); others are ignored.
-      prefix: the folder holding the ``step-N`` folders, no trailing slash ("" for the bucket).
-    """
-    head = f"{prefix}/" if prefix else ""
-    seen: dict[int, bool] = {}
-    for name in names:
-        match = _STEP.match(name[len(head) :]) if name.startswith(head) else None
-        if match:
-            step = int(match.group(1))
-            seen[step] = seen.get(step, False) or match.group(2) == METADATA
-    return sorted(s for s, ok in seen.items() if ok), sorted(s for s, ok in seen.items() if not ok)
 
 
 def split_url(base_url: str) -> tuple[str, str]:

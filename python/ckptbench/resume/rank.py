@@ -23,10 +23,11 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-from ckptbench.resume.listing import complete_steps, list_names, split_url
+from ckptbench.resume.listing import list_names, split_url
 from ckptbench.worker import arms
 from ckptbench.worker.jobs import SAVE_SEED
 from ckptbench.worker.planner import counting_planner_for
+from gcsckpt.dcp.steps import committed_steps
 from gcsckpt.models.builder import build_meta_model
 from gcsckpt.models.state import app_state_dict, expected_bytes, local_checksums, materialize
 from gcsckpt.parallel.app_state import RankState, build_rank_state
@@ -149,7 +150,7 @@ def restart_rank(rank: int, reader: str, model: str, base_url: str, endpoint: st
     bucket, prefix = split_url(base_url)
     box = [None]
     if dist.get_rank() == 0:  # one listing per job, as a launcher's rank 0 would do it
-        box[0] = complete_steps(list_names(reader, bucket, prefix, endpoint), prefix)[0]
+        box[0] = committed_steps(list_names(reader, bucket, prefix, endpoint), prefix)[0]
     dist.broadcast_object_list(box, src=0)
     step = box[0][-1] if box[0] else None
     found = _now()

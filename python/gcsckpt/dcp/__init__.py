@@ -10,10 +10,18 @@ Usage::
     dcp.load(state_dict, storage_reader=reader, planner=GCSLoadPlanner())  # planner optional
     print(reader.load_stats)
 
-In a training job, `GCSCheckpointer(mode)` (gcsckpt.dcp.checkpointer) sets up staging, plan
-caching, the writer and its priorities for saves every N steps.
+In a training job, `GCSCheckpointer(mode, root="gs://bucket/run", keep_latest=K)`
+(gcsckpt.dcp.checkpointer) sets up staging, plan caching, the writer and its priorities for saves
+every N steps, and owns the run's steps (`save(state, step=N)`, `steps()`, `latest()`,
+`load(state)`, retention, a node-local tier); `gcsckpt.dcp.steps` lists and checks a run's steps.
 """
 
+from gcsckpt.dcp.checkpoint_errors import (
+    CheckpointError,
+    CheckpointLoadError,
+    CheckpointSaveError,
+    NoCheckpointError,
+)
 from gcsckpt.dcp.checkpointer import GCSCheckpointer
 from gcsckpt.dcp.load.errors import CheckpointReadError
 from gcsckpt.dcp.load.stats import LoadStats
@@ -28,13 +36,17 @@ from gcsckpt.io.objects import ObjectStore, ObjectStoreError  # re-exported: mov
 
 __all__ = [
     "CheckpointNotFoundError",
+    "CheckpointError",
+    "CheckpointLoadError",
     "CheckpointReadError",
+    "CheckpointSaveError",
     "GCSCheckpointer",
     "GCSLoadPlanner",
     "GCSSavePlanner",
     "GCSStorageReader",
     "GCSStorageWriter",
     "LoadStats",
+    "NoCheckpointError",
     "ObjectStore",
     "ObjectStoreError",
     "SaveStats",

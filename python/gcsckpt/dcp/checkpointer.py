@@ -8,70 +8,160 @@ save's plans and Metadata; a GCSStorageWriter per save whose clients come from
 `gcsckpt.dcp.engines` (built once per process: in PROCESS mode, once in torch's checkpoint
 process); and the save's threads at background priority. Because the staging buffers are
 reused, a save first waits for the previous one to be committed.
+
+With `root="gs://bucket/run"` it also owns the run's steps (`gcsckpt.dcp.steps`): `save(state,
+step=N)` writes `run/step-N`, `steps()` / `latest()` list the complete ones, `load(state)`
+restores the newest complete step (falling back to the previous one when it fails), old steps
+are deleted in the background (`keep_latest`, `keep_every`) and, with `local_dir`, each rank
+keeps its newest checkpoint on the node as well (`gcsckpt.dcp.local_tier`).
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from concurrent.futures import Future
+import sys
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
+from gcsckpt.dcp.checkpoint_errors import (
+    CheckpointError,
+    CheckpointLoadError,
+    CheckpointSaveError,
+    NoCheckpointError,
+    first_cause,
+    wrap,
+)
+from gcsckpt.dcp.local_tier import LocalTier, default_local_dir
+from gcsckpt.dcp.main_guard import check_main_guard
+from gcsckpt.dcp.reader import GCSStorageReader
 from gcsckpt.dcp.save_planner import GCSSavePlanner
+from gcsckpt.dcp.steps import (
+    StepInfo,
+    delete_step,
+    list_steps,
+    parse_root,
+    retention_plan,
+    step_url,
+)
 from gcsckpt.dcp.writer import GCSStorageWriter
+from gcsckpt.io.objects import ObjectStore
 
 MODES = ("sync", "thread", "process")
 BACKGROUND_NICE = 10  # the nice value of an async save's threads (see gcsckpt.dcp.background)
+# Writer options the run's listing (ObjectStore) and loads (GCSStorageReader) share.
+_SHARED_OPTIONS = ("endpoint", "token_provider", "retry")
+
+log = logging.getLogger(__name__)
+
+
+def _metadata_generation(info: StepInfo) -> int | None:
+    """The generation of a step's `.metadata` in its listing (None: not reported)."""
+    for obj in info.objects:
+        if obj.name.endswith("/.metadata") or obj.name == ".metadata":
+            return obj.generation
+    return None
+
+
+class _KeepingStager(DefaultStager):
+    """DefaultStager that keeps the state dict it staged last (for the local tier's copy)."""
+
+    staged: dict[str, Any] | None = None
+
+    def stage(self, state_dict, **kwargs):
+        staged = super().stage(state_dict, **kwargs)
+        self.staged = staged if isinstance(staged, dict) else None
+        return staged
 
 
 class GCSCheckpointer:
-    """Saves a training job's checkpoints to gs://, one call per checkpoint.
+    """Saves a training job's checkpoints to gs:// and, given a run `root`, owns its steps.
 
-    Make one per job, on every rank at the same point (it may create a gloo group), then
-    `save(state_dict, "gs://bucket/run/step-N")` every N steps and `close()` at the end.
+    Make one per job, on every rank at the same point (it may create gloo groups), then
+    `save(state, step=N)` every N steps (or `save(state, "gs://bucket/run/step-N")`),
+    `load(state)` on start, and `close()` at the end.
 
     Args:
         mode: "thread" (default: `dcp.async_save` with the upload in a thread of the rank),
-            "process" (the upload in torch's checkpoint process, off the trainer's GIL), or
-            "sync" (`dcp.save`: returns once committed).
+            "process" (the upload in torch's checkpoint process, off the trainer's GIL; the
+            script needs an `if __name__ == "__main__":` guard), or "sync" (`dcp.save`:
+            returns once committed).
+        root: the run's `gs://bucket/prefix`: steps are `root/step-N`. Needed by `save(step=)`,
+            `steps`, `latest` and `load`.
+        keep_latest: K >= 1: after each committed save, delete (rank 0, in a background thread)
+            every step older than the newest complete one but the K newest complete steps;
+            None (default): delete nothing.
+        keep_every: M >= 1: complete steps with N % M == 0 are never deleted.
+        local_dir: keep each rank's newest checkpoint on the node too (a folder; True:
+            `/dev/shm/gcsckpt` where /dev/shm exists, else a folder in the temp dir; None: off).
+            Costs the state's bytes of node memory when on tmpfs.
         process_group: the group of the save's collectives; None -> a new gloo group made
             here (async saves must not share the training loop's group), or the default group
             for "sync".
         background_nice: nice value (1-19) of an async save's threads; None leaves them alone.
         **writer_options: GCSStorageWriter keyword arguments for every save (endpoint,
             token_provider, thread_count, object_bytes, ...); the token provider must pickle
-            for "process" mode.
+            for "process" mode. endpoint, token_provider and retry also serve listings and
+            loads.
 
     Raises:
-        ValueError: an unknown mode (or a bad writer option, at the first save).
+        ValueError: an unknown mode, a bad root, keep_latest or keep_every (a bad writer
+            option, at the first save). RuntimeError: "process" mode from a script's top level
+            without an `if __name__ == "__main__":` guard (the message says what to add).
     """
 
     def __init__(
         self,
         mode: str = "thread",
         *,
+        root: str | None = None,
+        keep_latest: int | None = None,
+        keep_every: int | None = None,
+        local_dir: str | os.PathLike | bool | None = None,
         process_group: dist.ProcessGroup | None = None,
         background_nice: int | None = BACKGROUND_NICE,
         **writer_options: Any,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        for name, value in (("keep_latest", keep_latest), ("keep_every", keep_every)):
+            if value is not None and (type(value) is not int or value < 1):
+                raise ValueError(f"{name} must be an int >= 1 or None, got {value!r}")
+        if (keep_latest or keep_every or local_dir) and root is None:
+            raise ValueError("keep_latest, keep_every and local_dir need root='gs://bucket/run'")
+        if mode == "process":
+            check_main_guard(sys._getframe(1))
         self.mode = mode
+        self.root = parse_root(root).url() if root is not None else None
+        self.keep_latest, self.keep_every = keep_latest, keep_every
         self.planner = GCSSavePlanner()
         self._writer_options = dict(writer_options)
+        self._shared = {k: writer_options[k] for k in _SHARED_OPTIONS if k in writer_options}
+        distributed = dist.is_available() and dist.is_initialized()
         if mode != "sync":
             self._writer_options.setdefault("background_nice", background_nice)
-            if process_group is None and dist.is_available() and dist.is_initialized():
+            if process_group is None and distributed:
                 process_group = dist.new_group(backend="gloo")
         self._group = process_group
+        # The run's own collectives (step lists, local-tier votes): gloo, CPU objects.
+        self._control = None
+        if root is not None and distributed:
+            self._control = process_group if mode != "sync" and process_group else None
+            if self._control is None:
+                self._control = dist.new_group(backend="gloo")
+        self._rank = dist.get_rank() if distributed else 0
+        self._world = dist.get_world_size() if distributed else 1
         self._stager = None
         if mode != "sync":
-            self._stager = DefaultStager(
+            self._stager = _KeepingStager(
                 StagingOptions(
                     use_pinned_memory=torch.cuda.is_available(),
                     use_shared_memory=mode == "process",
@@ -79,53 +169,382 @@ class GCSCheckpointer:
                     use_non_blocking_copy=False,
                 )
             )
+        self._tier = None
+        if local_dir:
+            folder = default_local_dir() if local_dir is True else os.fspath(local_dir)
+            self._tier = LocalTier(folder, parse_root(self.root), self._rank, self._world)
         self._future: Future | None = None
+        self._local_future: Future | None = None
+        self._saving: str | None = None
+        self._lock = threading.Lock()
+        self._busy: dict[str, int] = {}  # url -> saves/loads using it now (never deleted)
+        self._store: ObjectStore | None = None
+        self._retention: ThreadPoolExecutor | None = None
+        self._retention_runs: list[Future] = []
+        self.last_load: dict[str, Any] = {}
 
-    def save(self, state_dict: dict[str, Any], checkpoint_id: str | os.PathLike) -> Future | None:
-        """Checkpoints `state_dict` to `checkpoint_id` (`gs://bucket/prefix`).
+    # -- saves ---------------------------------------------------------------------------------
+    def save(
+        self,
+        state_dict: dict[str, Any],
+        checkpoint_id: str | os.PathLike | None = None,
+        *,
+        step: int | None = None,
+    ) -> Future | None:
+        """Checkpoints `state_dict` to `root/step-<step>` (or to `checkpoint_id`,
+        `gs://bucket/prefix`).
 
         First waits for the previous save (its staged buffers are about to be reused). "sync":
         returns None once `.metadata` is committed. "thread"/"process": returns once the state
         is copied into the staging buffers (the tensors may change from then on); the Future's
-        result is the Metadata once committed, and it raises what the save raised.
+        result is the Metadata once committed, and it raises what torch raised. Once a save is
+        committed, rank 0 deletes old steps in a background thread (`keep_latest`), and with
+        `local_dir` each rank writes its copy in a background thread.
 
         Raises:
-            what the previous save raised (its Future's exception), or this save's errors
-            (see GCSStorageWriter) for "sync".
+            ValueError: neither or both of checkpoint_id and step, or step without root.
+            CheckpointSaveError: the previous save failed, or ("sync") this one did; the failed
+                rank's exception is its `__cause__`.
         """
+        if (checkpoint_id is None) == (step is None):
+            raise ValueError("save wants either step=N (with root=) or a checkpoint_id")
+        if step is not None and self.root is None:
+            raise ValueError("save(step=N) needs GCSCheckpointer(root='gs://bucket/run')")
+        url = step_url(self.root, step) if step is not None else os.fspath(checkpoint_id)
         self.wait()
-        writer = GCSStorageWriter(checkpoint_id, **self._writer_options)
+        writer = GCSStorageWriter(url, **self._writer_options)
+        self._hold(url)
+        self._saving = url
         if self.mode == "sync":
-            dcp.save(
-                state_dict, storage_writer=writer, planner=self.planner, process_group=self._group
-            )
+            try:
+                dcp.save(
+                    state_dict,
+                    storage_writer=writer,
+                    planner=self.planner,
+                    process_group=self._group,
+                )
+            except (CheckpointException, Exception) as exc:
+                self._saving = None
+                self._release(url)
+                _, cause = first_cause(exc)
+                raise wrap(CheckpointSaveError, "save of", url, exc) from cause
+            self._saving = None
+            self._committed(url)
+            if self._tier is not None and step is not None:
+                self._write_local(state_dict, step, url, None)
             return None
         kind = (
             AsyncCheckpointerType.PROCESS
             if self.mode == "process"
             else AsyncCheckpointerType.THREAD
         )
-        self._future = dcp.async_save(
-            state_dict,
-            storage_writer=writer,
-            planner=self.planner,
-            process_group=self._group,
-            async_checkpointer_type=kind,
-            async_stager=self._stager,
-        )
+        try:
+            self._future = dcp.async_save(
+                state_dict,
+                storage_writer=writer,
+                planner=self.planner,
+                process_group=self._group,
+                async_checkpointer_type=kind,
+                async_stager=self._stager,
+            )
+        except (CheckpointException, Exception) as exc:
+            self._saving = None
+            self._release(url)
+            _, cause = first_cause(exc)
+            raise wrap(CheckpointSaveError, "save of", url, exc) from cause
+        self._future.add_done_callback(lambda f: self._done(f, url))
+        if self._tier is not None and step is not None and self._stager.staged is not None:
+            staged = self._stager.staged
+            self._local_future = self._pool().submit(
+                self._write_local, staged, step, url, self._future
+            )
         return self._future
 
+    def _done(self, future: Future, url: str) -> None:  # the upload thread
+        if future.exception() is None:
+            self._committed(url)
+        else:
+            self._release(url)
+
+    def _committed(self, url: str) -> None:
+        self._release(url)
+        if self._rank == 0 and self.root is not None and self.keep_latest is not None:
+            run = self._pool().submit(self.apply_retention)
+            with self._lock:
+                self._retention_runs.append(run)
+
+    def _write_local(
+        self, state_dict: dict[str, Any], step: int, url: str, upload: Future | None
+    ) -> None:
+        def committed() -> int | None:
+            if upload is not None:
+                upload.result()  # raises when the GCS save failed: no manifest, copy unused
+            location = parse_root(url)
+            info = self._object_store().stat(location.bucket, location.object_name(".metadata"))
+            return None if info is None else info.generation
+
+        try:
+            self._tier.write(state_dict, step, committed)
+        except (CheckpointException, Exception) as exc:  # never fails training: GCS has it
+            log.warning("local copy of step-%d in %s failed: %s", step, self._tier.base, exc)
+
     def wait(self) -> None:
-        """Waits for the save in flight, if any, and raises what it raised."""
+        """Waits for the save in flight (and its local copy), if any.
+
+        Raises:
+            CheckpointSaveError: it failed; the failed rank's exception is its `__cause__`.
+        """
         future, self._future = self._future, None
-        if future is not None:
-            future.result()
+        local, self._local_future = self._local_future, None
+        url, self._saving = self._saving, None
+        try:
+            if future is not None:
+                try:
+                    future.result()
+                except (CheckpointException, Exception) as exc:
+                    _, cause = first_cause(exc)
+                    raise wrap(CheckpointSaveError, "save of", url or "", exc) from cause
+        finally:
+            if local is not None:
+                local.result()
+
+    # -- the run's steps -------------------------------------------------------------------------
+    def _need_root(self, what: str) -> str:
+        if self.root is None:
+            raise ValueError(f"{what} needs GCSCheckpointer(root='gs://bucket/run')")
+        return self.root
+
+    def _object_store(self) -> ObjectStore:
+        with self._lock:
+            if self._store is None:
+                self._store = ObjectStore(
+                    self._shared.get("endpoint"),
+                    token_provider=self._shared.get("token_provider"),
+                    retry=self._shared.get("retry"),
+                )
+            return self._store
+
+    def step_infos(self) -> list[StepInfo]:
+        """Every `step-N` folder under root, newest first, complete or not (`steps.StepInfo`).
+
+        Raises:
+            ValueError: no root. ObjectStoreError: the listing or a `.metadata` read failed.
+        """
+        return list_steps(self._object_store(), self._need_root("step_infos"))
+
+    def steps(self) -> list[int]:
+        """The complete steps under root, newest first: `.metadata` committed and every object
+        it names present with its recorded size. Runs on the calling rank alone (one LIST and
+        one `.metadata` GET per committed step).
+
+        Raises:
+            ValueError: no root. ObjectStoreError: the listing or a read failed.
+        """
+        return [info.step for info in self.step_infos() if info.complete]
+
+    def latest(self) -> int | None:
+        """The newest complete step, or None."""
+        complete = self.steps()
+        return complete[0] if complete else None
+
+    def _broadcast(self, value: Any) -> Any:
+        if self._control is None:
+            return value
+        box = [value]
+        dist.broadcast_object_list(
+            box, src=dist.get_global_rank(self._control, 0), group=self._control
+        )
+        return box[0]
+
+    def _all(self, ok: bool) -> bool:
+        if self._control is None:
+            return ok
+        flag = torch.tensor([1 if ok else 0])
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._control)
+        return bool(flag.item())
+
+    def load(self, state_dict: dict[str, Any], step: int | None = None) -> int | None:
+        """Loads the newest complete step (or `step`) into `state_dict`; returns its number, or
+        None when root holds no complete step (a first run; `state_dict` is left as it was).
+
+        Call on every rank. Rank 0 lists the steps; every rank loads the same one. With
+        `local_dir`, every rank first checks its local copy (the newest complete GCS step,
+        every file's size and CRC-32C) and, when all ranks have one, loads it from the node;
+        otherwise from GCS (`GCSStorageReader`, with the writer's endpoint, token provider and
+        retry). When the newest step fails (a missing, truncated or corrupt object: torch's
+        CheckpointException carrying CheckpointReadError), a warning says so and the previous
+        complete step is loaded instead. `last_load` records the source and skipped steps.
+
+        Raises:
+            ValueError: no root. NoCheckpointError: `step` is not a complete step.
+            CheckpointLoadError: `step`, or every complete step, failed to load (the last
+            failure's rank exception is `__cause__`); CheckpointSaveError: the save in flight
+            failed.
+        """
+        root = self._need_root("load")
+        self.wait()
+        listed: Any = None
+        if self._rank == 0:
+            try:
+                listed = [
+                    (i.step, _metadata_generation(i)) for i in self.step_infos() if i.complete
+                ]
+            except Exception as exc:  # every rank must hear of it
+                listed = exc
+        listed = self._broadcast(listed)
+        if isinstance(listed, BaseException):
+            raise CheckpointLoadError(f"listing {root} failed: {listed}", url=root) from listed
+        generations = dict(listed)
+        listed = [s for s, _ in listed]
+        if step is not None:
+            if step not in listed:
+                raise NoCheckpointError(
+                    f"{step_url(root, step)} is not a complete checkpoint (complete steps under"
+                    f" {root}: {listed[:10] or 'none'})",
+                    url=step_url(root, step),
+                )
+            listed = [step]
+        skipped: list[tuple[int, str]] = []
+        self.last_load = {"step": None, "source": None, "skipped": skipped}
+        if not listed:
+            return None
+        failure: BaseException | None = None
+        for i, candidate in enumerate(listed):
+            url = step_url(root, candidate)
+            self._hold(url)
+            try:
+                if i == 0 and self._load_local(state_dict, candidate, generations[candidate]):
+                    self.last_load.update(step=candidate, source="local")
+                    return candidate
+                try:
+                    dcp.load(
+                        state_dict,
+                        storage_reader=GCSStorageReader(url, **self._shared),
+                        process_group=self._group if self.mode == "sync" else None,
+                    )
+                except (CheckpointException, Exception) as exc:
+                    failure = exc
+                    error = wrap(CheckpointLoadError, "load of", url, exc)
+                    if step is not None:
+                        raise error from first_cause(exc)[1]
+                    skipped.append((candidate, str(error)))
+                    following = listed[i + 1] if i + 1 < len(listed) else None
+                    log.warning(
+                        "%s; %s",
+                        error,
+                        f"falling back to step-{following}"
+                        if following is not None
+                        else "no older complete step to fall back to",
+                    )
+                    continue
+                self.last_load.update(step=candidate, source="gcs")
+                return candidate
+            finally:
+                self._release(url)
+        error = CheckpointLoadError(
+            f"no complete step under {root} could be loaded; tried "
+            + "; ".join(f"step-{s}: {why}" for s, why in skipped),
+            url=root,
+        )
+        raise error from first_cause(failure)[1] if failure is not None else None
+
+    def _load_local(self, state_dict: dict[str, Any], step: int, generation: int | None) -> bool:
+        """Loads step `step` from every rank's local copy when all ranks have a whole one."""
+        if self._tier is None:
+            return False
+        problem = "no local copy"
+        if self._tier.newest() == step:
+            problem = self._tier.verify(step, generation)
+        elif self._tier.newest() is not None:
+            problem = f"local copy is step-{self._tier.newest()}, loading step-{step}"
+        if problem and self._tier.newest() is not None:
+            log.warning("rank %d: not using the local tier: %s", self._rank, problem)
+        if not self._all(not problem):
+            self.last_load["local_problem"] = problem
+            return False
+        try:
+            self._tier.load(state_dict, step)
+            ok = True
+        except (CheckpointException, Exception) as exc:
+            log.warning("rank %d: local copy of step-%d failed to load: %s", self._rank, step, exc)
+            self.last_load["local_problem"] = str(exc)
+            ok = False
+        return self._all(ok)
+
+    # -- retention -------------------------------------------------------------------------------
+    def _hold(self, url: str) -> None:
+        with self._lock:
+            self._busy[url] = self._busy.get(url, 0) + 1
+
+    def _release(self, url: str) -> None:
+        with self._lock:
+            left = self._busy.get(url, 0) - 1
+            if left > 0:
+                self._busy[url] = left
+            else:
+                self._busy.pop(url, None)
+
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._retention is None:
+                self._retention = ThreadPoolExecutor(1, thread_name_prefix="gcsckpt-retention")
+            return self._retention
+
+    def apply_retention(self) -> list[int]:
+        """Deletes the steps `keep_latest` / `keep_every` no longer keep (never one being
+        written or loaded, never one newer than the newest complete step), `.metadata` first.
+        Runs on rank 0 in a background thread after each committed save; a failure is logged
+        and the next save's run retries it. Returns the steps deleted."""
+        if self.root is None or self.keep_latest is None:
+            return []
+        try:
+            store = self._object_store()
+            infos = list_steps(store, self.root)
+            with self._lock:
+                busy = {info.step for info in infos if info.url in self._busy}
+            doomed = retention_plan(
+                infos, keep_latest=self.keep_latest, keep_every=self.keep_every, protected=busy
+            )
+        except Exception as exc:
+            log.warning(
+                "retention under %s: listing failed (retried at the next save): %s", self.root, exc
+            )
+            return []
+        deleted = []
+        for info in doomed:
+            try:
+                delete_step(store, info)
+                deleted.append(info.step)
+            except Exception as exc:
+                log.warning(
+                    "retention: deleting %s failed (retried at the next save): %s", info.url, exc
+                )
+        return deleted
 
     def close(self) -> None:
-        """Waits for the save in flight and frees the staging buffers; call once at the end."""
+        """Waits for the save in flight, its local copy and retention, and frees the staging
+        buffers; call once at the end.
+
+        Raises:
+            CheckpointSaveError: the save in flight failed.
+        """
         try:
             self.wait()
         finally:
+            if self._retention is not None:
+                self._retention.shutdown(wait=True)
+                self._retention = None
             if self._stager is not None:
                 self._stager.close()
                 self._stager = None
+            if self._store is not None:
+                self._store.close()
+
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointLoadError",
+    "CheckpointSaveError",
+    "GCSCheckpointer",
+    "NoCheckpointError",
+]

@@ -44,11 +44,12 @@ def _reader_default(name: str) -> float:
 
 class ObjectInfo(NamedTuple):
     """One stored object: ``name``, ``size`` (bytes), ``generation`` (int; None when the endpoint
-    reports none)."""
+    reports none), ``updated`` (last write, seconds since the epoch; None when not reported)."""
 
     name: str
     size: int
     generation: int | None
+    updated: float | None = None
 
 
 class StoredObject(NamedTuple):
@@ -72,6 +73,16 @@ def store_options(retry: RetryPolicy | None = None, stall_timeout_s: float | Non
 
 def _generation(value) -> int | None:
     return int(value) if value not in (None, "") else None
+
+
+def _info(blob) -> ObjectInfo:
+    updated = blob.updated  # a datetime, or None
+    return ObjectInfo(
+        blob.name,
+        int(blob.size or 0),
+        _generation(blob.generation),
+        updated.timestamp() if updated is not None else None,
+    )
 
 
 class ObjectStore:
@@ -220,7 +231,7 @@ class ObjectStore:
         )
         if blob is None:
             return None
-        return ObjectInfo(blob.name, int(blob.size or 0), _generation(blob.generation))
+        return _info(blob)
 
     def bucket_metadata(self, bucket: str):
         """The bucket's metadata (one ``buckets.get``), as a ``google.cloud.storage.Bucket``
@@ -259,10 +270,10 @@ class ObjectStore:
                 bucket,
                 prefix=prefix,
                 delimiter=delimiter,
-                fields="items(name,size,generation),prefixes,nextPageToken",
+                fields="items(name,size,generation,updated),prefixes,nextPageToken",
                 **self._options(),
             )
-            return [ObjectInfo(b.name, int(b.size or 0), _generation(b.generation)) for b in blobs]
+            return [_info(b) for b in blobs]
 
         return self._call("LIST", f"gs://{bucket}/{prefix}*", listing)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import weakref
 
 from gcsckpt.io.names import check_bucket_name
@@ -42,6 +44,35 @@ def _stop_all(procs: list[ManagedProcess], cleanup_dirs: list[str]) -> None:
     for path in cleanup_dirs:
         shutil.rmtree(path, ignore_errors=True)
     cleanup_dirs.clear()
+
+
+_RUNNING: weakref.WeakSet = weakref.WeakSet()  # started, not yet stopped (for SIGTERM)
+_PREVIOUS_SIGTERM: list = []  # the handler replaced by _on_sigterm, once installed
+
+
+def _on_sigterm(signum, frame) -> None:
+    """Stops every running LocalGCS (processes and temp folders), then does what SIGTERM did
+    before: the previous handler, or the default (the process ends with SIGTERM)."""
+    for gcs in list(_RUNNING):
+        gcs.stop()
+    previous = _PREVIOUS_SIGTERM[0]
+    signal.signal(signal.SIGTERM, previous)
+    if callable(previous):
+        previous(signum, frame)
+    else:
+        os.kill(os.getpid(), signum)
+
+
+def _install_sigterm_cleanup() -> None:
+    """From the main thread, once, unless SIGTERM is ignored: the temp folders go on SIGTERM
+    too (Python's default SIGTERM runs no finalizer)."""
+    if _PREVIOUS_SIGTERM or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous in (signal.SIG_IGN, None):
+        return
+    _PREVIOUS_SIGTERM.append(previous)
+    signal.signal(signal.SIGTERM, _on_sigterm)
 
 
 class LocalGCS:
@@ -143,6 +174,8 @@ class LocalGCS:
         run_dir = tempfile.mkdtemp(prefix="gcsckpt-localgcs-")
         self._cleanup_dirs.append(run_dir)
         self._finalizer = weakref.finalize(self, _stop_all, self._procs, self._cleanup_dirs)
+        _install_sigterm_cleanup()
+        _RUNNING.add(self)
         try:
             self._prepare_dirs(run_dir)
             self._start_server()
@@ -156,7 +189,9 @@ class LocalGCS:
         """Stops nginx and the server (whole process groups) and removes temp folders.
 
         Idempotent; objects in a caller-given data_dir and logs in a caller-given log_dir stay.
+        Also runs on SIGTERM (a handler installed by the first start from the main thread).
         """
+        _RUNNING.discard(self)
         _stop_all(self._procs, self._cleanup_dirs)
 
     @property

@@ -101,7 +101,10 @@ def pin_generations(
                     path,
                     None,
                     generation,
-                    f"was written after {metadata_name} (generation {listed_metadata})",
+                    f"was written after {metadata_name} (generation {listed_metadata}); a"
+                    " checkpoint copied object by object (gcloud storage cp -r, rsync) is in"
+                    " another order: load it with GCSStorageReader(...,"
+                    " check_commit_order=False)",
                 )
     sizes = {
         path: info.size for info in listing if (path := info.name[len(object_prefix) :]) in wanted
