@@ -1,17 +1,19 @@
 """The save path's data objects: torch's serializer in one thread, the C++ uploader beside it.
 
-``UploadPipeline.run`` runs torch's own per-object loop (``_write_files_from_queue``: BYTE_IO
-bytes, ``torch.save`` archives or the safetensors blob, ``_extensions`` transforms,
-``_StorageInfo`` records) in one serializer thread, each object into a ``SegmentedStream``;
-a finished object goes to ``gcsckpt.io.Uploader`` as a list of spans while the thread writes
-the next, so serialization overlaps the uploads and many uploads of a rank are in flight.
+``UploadPipeline.run`` runs torch's per-object loop in one serializer thread, each object into a
+``SegmentedStream`` (``gcsckpt.dcp.archive_writer.write_objects``: torch's order, BYTE_IO bytes
+and ``_StorageInfo`` records, each TORCH_SAVE archive written by ``ArchiveWriter``, the bytes
+``torch.save`` writes without calling it; torch's own loop ``_write_files_from_queue`` for the
+safetensors blob and ``_extensions`` transforms); a finished object goes to
+``gcsckpt.io.Uploader`` as a list of spans while the thread writes the next, so serialization
+overlaps the uploads and many uploads of a rank are in flight.
 
-Tensor bytes are sent from tensor memory, not copied: ``torch.save`` writes each storage as one
-``stream.write`` of a memoryview of the storage itself, and a write of at least
-``REFERENCE_MIN_BYTES`` inside a storage the pipeline holds is kept by reference; anything else
-(records, clones, GPU tensors' CPU copies, transformed bytes) is copied into small segments,
-bounded by ``staging_bytes``. Why that is safe: see ``UploadPipeline``. Why 32 KiB, and the
-before/after figures: docs/measurements.md, "Save".
+Tensor bytes are sent from tensor memory, not copied: an archive's storage is one
+``stream.write`` of a memoryview of the storage itself (as ``torch.save`` writes it too), and a
+write of at least ``REFERENCE_MIN_BYTES`` inside a storage the pipeline holds is kept by
+reference; anything else (records, clones, GPU tensors' CPU copies, transformed bytes) is copied
+into small segments, bounded by ``staging_bytes``. Why that is safe: see ``UploadPipeline``. Why
+32 KiB, and the before/after figures: docs/measurements.md, "Save".
 
 Each object's block checksums (``gcsckpt.dcp.checksums``: blocks at item boundaries and every
 ``checksum_block_bytes``) are computed by the uploader in the pass that checksums the object;
@@ -27,13 +29,11 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
-from torch.distributed.checkpoint.filesystem import (
-    SerializationFormat,
-    _write_files_from_queue,
-)
+from torch.distributed.checkpoint.filesystem import SerializationFormat
 from torch.distributed.checkpoint.planner import SavePlanner, WriteItem, WriteItemType
 from torch.distributed.checkpoint.storage import WriteResult
 
+from gcsckpt.dcp.archive_writer import write_objects
 from gcsckpt.dcp.checksums import ObjectRecord, block_starts
 from gcsckpt.dcp.segments import (
     HeldTensors,
@@ -194,16 +194,14 @@ class UploadPipeline:
 
     def _serialize(self, files: queue.Queue, results: queue.Queue) -> None:
         try:
-            _write_files_from_queue(
-                create_stream=self._create_stream,
-                file_queue=files,
-                result_queue=results,
-                planner=self._planner,
-                transforms=self._transforms,
-                inflight_threshhold=self._copy_ahead,
-                use_fsync=False,
-                thread_count=1,
-                serialization_format=self._format,
+            write_objects(
+                self._create_stream,
+                files,
+                results,
+                self._planner,
+                self._transforms,
+                self._copy_ahead,
+                self._format,
             )
         except PipelineStopped:
             pass
