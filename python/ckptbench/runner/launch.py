@@ -81,13 +81,22 @@ class SpawnLauncher:
         """One process decides everything here: the value is already agreed."""
         return value
 
-    def run(self, job: Any, on_progress: Callable[[Any], None] | None = None) -> list[Any]:
+    def run(
+        self,
+        job: Any,
+        on_progress: Callable[[Any], None] | None = None,
+        entry: Callable[..., Any] | None = None,
+    ) -> list[Any]:
         """Runs ``job`` on fresh rank processes; returns rank 0's gathered per-rank results.
 
         Args:
-          job: a ``SetupJob``, ``LoadJob``, ``SaveJob`` or ``VerifySaveJob``.
+          job: a ``SetupJob``, ``LoadJob``, ``SaveJob`` or ``VerifySaveJob``, or any job of
+            ``entry``.
           on_progress: called with the progress queue between polls (e.g.
             ``ProgressDisplay.drain``); None to ignore progress.
+          entry: the rank entry ``entry(rank, job, queue)`` (module level, so spawned ranks
+            import it); None: ``worker.rank.spawned_rank_main``. The training phase passes
+            ``train.loop.train_rank_main``.
 
         Raises:
           JobError: a rank process raised or exited (the message names the rank and the
@@ -98,7 +107,7 @@ class SpawnLauncher:
         queue = ranks.queue(_QUEUE_SIZE)
         world = job.case.world_size
         poll = None if on_progress is None else (lambda: on_progress(queue))
-        entry = getattr(job, "rank_main", spawned_rank_main)  # a job may bring its own
+        entry = entry or spawned_rank_main
         try:
             per_rank = ranks.run(
                 entry,

@@ -79,13 +79,6 @@ class TrainJob:
             return ()
         return tuple(range(self.every, self.steps + 1, self.every))
 
-    @property
-    def rank_main(self) -> Any:
-        """The rank entry the launcher runs for this job."""
-        from ckptbench.train.loop import train_rank_main
-
-        return train_rank_main
-
 
 @dataclasses.dataclass(frozen=True)
 class VerifyTrainJob:
@@ -110,13 +103,6 @@ class VerifyTrainJob:
     def case(self) -> Any:
         """What the launcher reads of a job's case: its ``world_size``."""
         return self.train.case
-
-    @property
-    def rank_main(self) -> Any:
-        """The rank entry the launcher runs for this job."""
-        from ckptbench.train.loop import train_rank_main
-
-        return train_rank_main
 
 
 @dataclasses.dataclass(frozen=True)

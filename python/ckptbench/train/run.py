@@ -21,6 +21,7 @@ from ckptbench.publish.train_table import print_train_table
 from ckptbench.record.case_result import RunContext
 from ckptbench.roles import BASELINE, LOCALFS
 from ckptbench.train.jobs import RankTrain, TrainJob, VerifyTrainJob
+from ckptbench.train.loop import train_rank_main
 from ckptbench.train.model import LAYOUTS, model_config
 from ckptbench.train.rows import ArmResult, round_figures, train_row
 from ckptbench.train.saving import ARMS, CONTROL, arm_parts, writer_mode_settings
@@ -114,10 +115,11 @@ def _round(job: TrainJob, launcher: Any) -> list[Any]:
     """One round's gathered RankTrains (verified on the runner's interpreter when the arm runs
     on another)."""
     separate = job.python is not None
-    gathered = launcher.run(dataclasses.replace(job, verify=False) if separate else job)
+    first = dataclasses.replace(job, verify=False) if separate else job
+    gathered = launcher.run(first, entry=train_rank_main)
     if separate and round_failure(gathered) is None and job.checkpoint_steps:
         check = VerifyTrainJob(job, tuple(r.sums for r in gathered))
-        checked = launcher.run(check)
+        checked = launcher.run(check, entry=train_rank_main)
         if round_failure(checked) is not None:
             return checked
         gathered = [
