@@ -224,10 +224,7 @@ class GCSCheckpointer:
                     process_group=self._group,
                 )
             except (CheckpointException, Exception) as exc:
-                self._saving = None
-                self._release(url)
-                _, cause = first_cause(exc)
-                raise wrap(CheckpointSaveError, "save of", url, exc) from cause
+                raise self._save_failed(url, exc) from first_cause(exc)[1]
             self._saving = None
             self._committed(url)
             if self._tier is not None and step is not None:
@@ -248,10 +245,7 @@ class GCSCheckpointer:
                 async_stager=self._stager,
             )
         except (CheckpointException, Exception) as exc:
-            self._saving = None
-            self._release(url)
-            _, cause = first_cause(exc)
-            raise wrap(CheckpointSaveError, "save of", url, exc) from cause
+            raise self._save_failed(url, exc) from first_cause(exc)[1]
         self._future.add_done_callback(lambda f: self._done(f, url))
         if self._tier is not None and step is not None and self._stager.staged is not None:
             staged = self._stager.staged
@@ -265,6 +259,12 @@ class GCSCheckpointer:
             self._committed(url)
         else:
             self._release(url)
+
+    def _save_failed(self, url: str, exc: BaseException) -> CheckpointSaveError:
+        """Forgets the save of `url` that failed to start or run, and says so."""
+        self._saving = None
+        self._release(url)
+        return wrap(CheckpointSaveError, "save of", url, exc)
 
     def _committed(self, url: str) -> None:
         self._release(url)
