@@ -3,11 +3,15 @@ create-if-absent uploads, the RetryPolicy on control-plane requests, error mappi
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 import requests
 from io_fixtures import BUCKET, FAST_RETRY, object_bytes
 
-from gcsckpt.io import ObjectStore, ObjectStoreError, RetryPolicy
+from gcsckpt.io import ObjectStore, ObjectStoreError, RetryPolicy, defaults
+from gcsckpt.io.objects import BUCKET_METADATA_LOOKUP_ENV
 from gcsckpt.io.retry import RETRYABLE_STATUSES, api_core_retry, is_retryable
 from gcsckpt.testing import Fault, FaultProxy
 
@@ -278,3 +282,52 @@ def test_create_if_absent_is_refused_by_the_endpoint(gcs, size, upload_type):
         assert proxy.counts == dict.fromkeys(proxy.counts, 0)
     assert len(starts) == 2 and all(f"uploadType={upload_type}" in p for p in starts), starts
     assert gcs.get(BUCKET, name) == first
+
+
+def _join_bucket_lookups() -> int:
+    """Waits for google-cloud-storage's bucket-lookup threads (started for span labels; their
+    target is ``BucketMetadataCache._fetch_background``) and returns how many were running."""
+    lookups = [t for t in threading.enumerate() if t.name.endswith("(_fetch_background)")]
+    for thread in lookups:
+        thread.join(timeout=30)
+    return len(lookups)
+
+
+def test_no_bucket_lookup_races_the_store_requests(gcs, monkeypatch):
+    """Why ObjectStore sets google-cloud-storage's switch: a plain client's first use of a bucket
+    adds a bucket GET from a background thread (FaultProxy rules and request counts would see a
+    request nobody sent); with the switch the store sends exactly its own requests."""
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    gcs.put(BUCKET, "lookup/one", b"abc")
+    monkeypatch.delenv(BUCKET_METADATA_LOOKUP_ENV, raising=False)
+    bucket_get = ("GET", f"/storage/v1/b/{BUCKET}?projection=noAcl&prettyPrint=false")
+    with FaultProxy(gcs.endpoint, []) as proxy:
+        client = storage.Client(
+            project="test",
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": proxy.endpoint},
+        )
+        assert client.bucket(BUCKET).blob("lookup/one").download_as_bytes() == b"abc"
+        _join_bucket_lookups()
+        assert bucket_get in proxy.request_log, proxy.request_log
+        client.close()
+
+    monkeypatch.delenv(BUCKET_METADATA_LOOKUP_ENV, raising=False)
+    with FaultProxy(gcs.endpoint, []) as proxy, ObjectStore(proxy.endpoint) as s:
+        assert s.read(BUCKET, "lookup/one").data == b"abc"
+        assert s.stat(BUCKET, "lookup/one").size == 3
+        assert os.environ[BUCKET_METADATA_LOOKUP_ENV] == "true"
+        assert _join_bucket_lookups() == 0
+        paths = [path.split("?")[0] for _, path in proxy.request_log]
+        assert paths == [
+            f"/download/storage/v1/b/{BUCKET}/o/lookup%2Fone",
+            f"/storage/v1/b/{BUCKET}/o/lookup%2Fone",
+        ]
+
+
+def test_timeouts_default_to_the_range_reader_defaults():
+    store = ObjectStore("http://127.0.0.1:1")
+    assert store.timeout_s == (defaults.CONNECT_TIMEOUT_S, defaults.STALL_TIMEOUT_S)
+    assert ObjectStore("http://127.0.0.1:1", stall_timeout_s=7).timeout_s[1] == 7.0

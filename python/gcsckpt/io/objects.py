@@ -14,12 +14,13 @@ docs/measurements.md, "The control-plane client".
 
 from __future__ import annotations
 
-import inspect
 import io
+import os
 import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
+from gcsckpt.io import defaults
 from gcsckpt.io.auth import (
     READ_WRITE_SCOPE,
     GoogleAuthTokenProvider,
@@ -28,7 +29,6 @@ from gcsckpt.io.auth import (
     token_provider_credentials,
 )
 from gcsckpt.io.endpoint import resolve_endpoint
-from gcsckpt.io.reader import RangeReader
 from gcsckpt.io.retry import RetryPolicy, api_core_retry
 from gcsckpt.io.store_errors import ObjectStoreError, gcs_error_shape, store_error
 
@@ -36,10 +36,10 @@ from gcsckpt.io.store_errors import ObjectStoreError, gcs_error_shape, store_err
 _NO_PROJECT = "<none>"
 
 
-def _reader_default(name: str) -> float:
-    # The connect and stall timeouts are the range reader's, so both halves of the transport
-    # give up on a dead endpoint alike.
-    return float(inspect.signature(RangeReader.__init__).parameters[name].default)
+# google-cloud-storage's public switch (its maintainers' answer, googleapis/google-cloud-python
+# #17650) for the bucket-metadata lookup it makes in a background thread on a client's first use
+# of each bucket, only to label OpenTelemetry spans, with tracing on or off.
+BUCKET_METADATA_LOOKUP_ENV = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
 
 
 class ObjectInfo(NamedTuple):
@@ -97,7 +97,14 @@ class ObjectStore:
         pool_size: connections kept alive (one per concurrent request).
         retry: the `gcsckpt.io.RetryPolicy` of every request (None -> its defaults).
         connect_timeout_s / stall_timeout_s: per attempt, the TCP connect limit and the longest
-            wait for a byte (seconds); None -> the range reader's defaults.
+            wait for a byte (seconds); None -> the range reader's defaults
+            (`gcsckpt.io.defaults.CONNECT_TIMEOUT_S` / `STALL_TIMEOUT_S`).
+
+    Its first request sets $DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA=true in this process
+    unless the variable is set already: google-cloud-storage's switch, process-wide, that stops
+    every client's bucket lookup for span labels (one background GET per bucket and client,
+    racing the store's requests and needing storage.buckets.get). Set it to false beforehand to
+    keep the labels.
 
     Errors (every method): FileNotFoundError for 404 where named, FileExistsError for a refused
     precondition (412), ObjectStoreError for anything else after the retries (for 401/403 it
@@ -117,10 +124,12 @@ class ObjectStore:
         self.endpoint = resolve_endpoint(endpoint)
         self.retry_policy = retry if retry is not None else RetryPolicy()
         self._retry = api_core_retry(self.retry_policy)
+        # The range reader's timeouts (gcsckpt.io.defaults), so both halves of the transport give
+        # up on a dead endpoint alike.
         if connect_timeout_s is None:
-            connect_timeout_s = _reader_default("connect_timeout_s")
+            connect_timeout_s = defaults.CONNECT_TIMEOUT_S
         if stall_timeout_s is None:
-            stall_timeout_s = _reader_default("stall_timeout_s")
+            stall_timeout_s = defaults.STALL_TIMEOUT_S
         self.timeout_s = (float(connect_timeout_s), float(stall_timeout_s))  # (connect, read)
         self._token_provider = token_provider
         # Which credential source requests use, for 401/403 errors (`gcsckpt.io.auth`).
@@ -156,6 +165,7 @@ class ObjectStore:
         from google.cloud import storage
         from requests.adapters import HTTPAdapter
 
+        os.environ.setdefault(BUCKET_METADATA_LOOKUP_ENV, "true")
         if not sends_token(self.endpoint, self._token_provider):
             credentials = AnonymousCredentials()
             # Anonymous credentials cannot refresh: a 401 is reported as it came.
@@ -178,10 +188,6 @@ class ObjectStore:
             _http=session,
             client_options={"api_endpoint": self.endpoint},
         )
-        # google-cloud-storage 3.17 fetches each bucket's metadata in a background thread on
-        # first use, only to label tracing spans: one GET more per bucket, racing our own
-        # requests. Without its cache the client skips that.
-        client._bucket_metadata_cache = None
         return client
 
     def _blob(self, bucket: str, name: str, generation: int | None = None):
