@@ -149,6 +149,34 @@ def _uid_mapped(uid: int) -> bool:
     return False
 
 
+def test_the_server_imports_the_endpoint_modules_by_their_package_names():
+    """One module identity: the server's modules are `gcsckpt.testing.server_*` (never bare
+    `server_*` names) and it loads neither gcsckpt.io nor google-cloud-storage."""
+    code = (
+        "import json, sys, gcsckpt.testing.server_main; "
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith(WANTED))))"
+    ).replace("WANTED", repr(("gcsckpt", "server_", "_gcsio", "google.cloud")))
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", code],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(out.stdout) == [
+        "gcsckpt",
+        "gcsckpt.testing",
+        "gcsckpt.testing.clients",
+        "gcsckpt.testing.server_http",
+        "gcsckpt.testing.server_main",
+        "gcsckpt.testing.server_store",
+        "gcsckpt.testing.server_sums",
+        "gcsckpt.testing.server_uploads",
+        "gcsckpt.testing.server_xml",
+    ]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="as non-root every other test already covers this")
 @pytest.mark.skipif(not _uid_mapped(65534), reason="uid 65534 is not mapped in this namespace")
 def test_runs_as_non_root():

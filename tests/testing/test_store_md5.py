@@ -11,19 +11,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import sys
 import time
 
 import numpy as np
 import pytest
 
-import gcsckpt.testing
-
-# The server's modules import each other as top-level modules (server_main.py runs as a script).
-sys.path.insert(0, os.path.dirname(gcsckpt.testing.__file__))
-import server_store  # noqa: E402
-from server_store import Store, selects_md5  # noqa: E402
-from server_sums import LazyMD5, file_checksums  # noqa: E402
+from gcsckpt.testing import server_store
+from gcsckpt.testing.server_store import Store, selects_md5
+from gcsckpt.testing.server_sums import LazyMD5, file_checksums
 
 BUCKET = "lazy"
 STEP = 1 << 20  # LazyMD5's step

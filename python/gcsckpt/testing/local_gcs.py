@@ -16,8 +16,17 @@ from gcsckpt.testing.media_log import MediaRequest, settled_media_log
 from gcsckpt.testing.ports import LOOPBACK, free_port, port_is_free, wait_until_ready
 from gcsckpt.testing.processes import ManagedProcess
 
-_SERVER_MAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server_main.py")
+# The server runs as `python -m gcsckpt.testing.server_main`, importing this very package from
+# the folder that holds it (put first on its PYTHONPATH; `-P`: the working folder is not searched).
+_SERVER_MODULE = "gcsckpt.testing.server_main"
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _START_ATTEMPTS = 3  # auto-picked ports can be taken between the pick and the bind
+
+
+def _server_env() -> dict[str, str]:
+    """This process's environment with the folder holding this `gcsckpt` first on PYTHONPATH."""
+    paths = [_PACKAGE_ROOT, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 class LocalGCSError(RuntimeError):
@@ -78,7 +87,7 @@ def _install_sigterm_cleanup() -> None:
 class LocalGCS:
     """A GCS JSON API endpoint on 127.0.0.1, for tests and the default benchmark run.
 
-    The server (server_main.py, threaded, on disk) handles uploads (JSON and XML API),
+    The server (gcsckpt.testing.server_main, threaded, on disk) handles uploads (JSON and XML API),
     metadata, listing, deletes, compose and copy; nginx serves media reads straight from its
     files with keep-alive and full Range semantics (206 + Content-Range, 416, suffix ranges),
     writes upload bodies to the data disk for the server to rename into place, and proxies
@@ -219,7 +228,9 @@ class LocalGCS:
             port = self._pick_port(self._server_port_arg, "server")
             argv = [
                 sys.executable,
-                _SERVER_MAIN,
+                "-P",
+                "-m",
+                _SERVER_MODULE,
                 "--port",
                 str(port),
                 "--data-dir",
@@ -230,7 +241,7 @@ class LocalGCS:
                 "--upload-rate",
                 str(self.stream_mbps * 1e6 if self.stream_mbps else 0),
             ] + (["--md5-in-upload-answers"] if self._md5_in_upload_answers else [])
-            proc = ManagedProcess("gcs server", argv, log)
+            proc = ManagedProcess("gcs server", argv, log, env=_server_env())
             self._procs.append(proc)
             if wait_until_ready(LOOPBACK, port, b"OK", self._start_timeout_s, proc.alive):
                 self.server_port = port

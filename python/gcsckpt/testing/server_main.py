@@ -1,7 +1,9 @@
 """The local endpoint's GCS server (JSON and XML API); LocalGCS starts it behind nginx.
 
-Run as `python server_main.py --port P --data-dir D`; imports only its siblings (as top-level
-modules), the standard library and google-crc32c, so it runs without gcsckpt on sys.path.
+Run as `python -m gcsckpt.testing.server_main --port P --data-dir D` (LocalGCS puts the folder
+holding `gcsckpt` on the child's PYTHONPATH); imports only its sibling `gcsckpt.testing.server_*`
+modules, the standard library and google-crc32c (never `gcsckpt.io`, whose package loads the
+C++ extension and google-cloud-storage).
 Why our own server and not gcp-storage-emulator: every part the checkpoint tests lean on was
 ours already (uploads off one Python thread, generations nginx can serve, preconditions, XML
 multipart uploads, the lazy MD5), grafted on the emulator through its private members; what
@@ -19,16 +21,21 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import re
 import signal
 import sys
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_http import JSON_API_ROOTS, JSON_TYPE, APIError, Pacing, read_small_body, send  # noqa: E402
-from server_store import (  # noqa: E402
+from gcsckpt.testing.server_http import (
+    JSON_API_ROOTS,
+    JSON_TYPE,
+    APIError,
+    Pacing,
+    read_small_body,
+    send,
+)
+from gcsckpt.testing.server_store import (
     Conflict,
     NotFound,
     PreconditionFailed,
@@ -36,9 +43,9 @@ from server_store import (  # noqa: E402
     object_resource,
     selects_md5,
 )
-from server_sums import concatenate, file_checksums  # noqa: E402
-from server_uploads import JSONUploads, as_api_error  # noqa: E402
-from server_xml import XMLUploads  # noqa: E402
+from gcsckpt.testing.server_sums import concatenate, file_checksums
+from gcsckpt.testing.server_uploads import JSONUploads, as_api_error
+from gcsckpt.testing.server_xml import XMLUploads
 
 EXIT_BIND_FAILED = 3
 _PAGE = 1000  # objects per listing page unless maxResults says fewer

@@ -30,8 +30,8 @@ import threading
 import time
 import urllib.parse
 
-from server_http import LONG_SEGMENT_MARK, UPLOADS_DIR
-from server_sums import LazyMD5, file_checksums, lower_this_threads_priority
+from gcsckpt.testing.server_http import LONG_SEGMENT_MARK, UPLOADS_DIR
+from gcsckpt.testing.server_sums import LazyMD5, file_checksums, lower_this_threads_priority
 
 OBJECTS_DIR = ".cloudstorage"
 GENERATIONS_DIR = ".generations"
@@ -125,7 +125,7 @@ def object_resource(
 
 
 # GCS object names: 1-1,024 bytes of UTF-8, no CR or LF (gcsckpt.io.names holds the same rule;
-# this process runs without gcsckpt on sys.path).
+# the server never imports gcsckpt.io, whose package loads the C++ extension).
 OBJECT_NAME_MAX_BYTES = 1024
 # A file name holds at most 255 bytes (ext4, xfs, tmpfs): a longer name segment is stored as
 # LONG_SEGMENT_MARK + its SHA-256 (hex), and so is a segment that starts with the mark, so two

@@ -24,7 +24,8 @@ import threading
 import urllib.parse
 
 import google_crc32c
-from server_http import (
+
+from gcsckpt.testing.server_http import (
     JSON_TYPE,
     APIError,
     BadRequestBody,
@@ -35,7 +36,7 @@ from server_http import (
     request_started,
     send,
 )
-from server_store import (
+from gcsckpt.testing.server_store import (
     BucketNotFound,
     Conflict,
     NotFound,
@@ -43,7 +44,7 @@ from server_store import (
     check_object_name,
     object_resource,
 )
-from server_sums import HASHING_SLOTS, Checksums, copy_range, file_checksums
+from gcsckpt.testing.server_sums import HASHING_SLOTS, Checksums, copy_range, file_checksums
 
 _RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)")
 _HEAD_BYTES = 1 << 20  # a multipart upload's metadata part lies within its first MiB

@@ -25,7 +25,7 @@ import threading
 import xml.etree.ElementTree as ET
 from xml.sax.saxutils import escape
 
-from server_http import (
+from gcsckpt.testing.server_http import (
     BadRequestBody,
     Pacing,
     body_file,
@@ -34,8 +34,8 @@ from server_http import (
     request_started,
     send,
 )
-from server_store import BucketNotFound, PreconditionFailed, object_resource
-from server_sums import Checksums, concatenate, file_checksums
+from gcsckpt.testing.server_store import BucketNotFound, PreconditionFailed, object_resource
+from gcsckpt.testing.server_sums import Checksums, concatenate, file_checksums
 
 S3_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
 MIN_PART_BYTES = 5 << 20  # every part but the last
