@@ -149,6 +149,16 @@ def _uid_mapped(uid: int) -> bool:
     return False
 
 
+def test_every_public_name_resolves():
+    import gcsckpt.testing
+
+    found = {name: getattr(gcsckpt.testing, name) for name in gcsckpt.testing.__all__}
+    assert found["LocalGCS"] is LocalGCS and found["LocalGCSError"] is LocalGCSError
+    assert found["FAULT_KINDS"] == gcsckpt.testing.faults.KINDS
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        gcsckpt.testing.Nope  # noqa: B018
+
+
 def test_the_server_imports_the_endpoint_modules_by_their_package_names():
     """One module identity: the server's modules are `gcsckpt.testing.server_*` (never bare
     `server_*` names) and it loads neither gcsckpt.io nor google-cloud-storage."""
