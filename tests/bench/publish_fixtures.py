@@ -16,7 +16,7 @@ from ckptbench.record.case_result import (
 from ckptbench.record.host import HostFacts
 from ckptbench.record.metrics import add_baseline_ratios, case_row
 from ckptbench.record.resources import ResourceUsage
-from gcsckpt.parallel.dims import ParallelDims
+from ckptbench.workloads.parallel.dims import ParallelDims
 
 HOST = HostFacts(
     vcpu_count=2,

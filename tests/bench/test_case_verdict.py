@@ -13,7 +13,7 @@ from ckptbench.runner.case_verdict import load_result, save_result
 from ckptbench.runner.manifest import SetupManifest
 from ckptbench.worker.jobs import RankLoadResult, RankRound
 from ckptbench.worker.rank import RankFailure
-from gcsckpt.parallel.dims import ParallelDims
+from ckptbench.workloads.parallel.dims import ParallelDims
 
 
 def _round(start: float, mismatches: int = 0, committed: int = 100) -> RankRound:

@@ -26,8 +26,8 @@ from ckptbench.record.metrics import (
     case_row,
     round_duration_columns,
 )
-from gcsckpt.parallel.dims import SIZE_NAMES, ParallelDims
-from gcsckpt.parallel.strategies import LayoutError
+from ckptbench.workloads.parallel.dims import SIZE_NAMES, ParallelDims
+from ckptbench.workloads.parallel.strategies import LayoutError
 from tests.bench.publish_fixtures import (
     RUN,
     SIZE,

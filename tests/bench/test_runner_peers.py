@@ -20,6 +20,7 @@ import urllib.request
 import pytest
 
 from ckptbench.cases.selection import override_world_size
+from ckptbench.harness.local_ranks import LocalRanks
 from ckptbench.record.case_result import CaseInfo
 from ckptbench.runner.benchmark import _Run, run_benchmark, save_case_info
 from ckptbench.runner.case_verdict import load_result
@@ -28,7 +29,6 @@ from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
 from ckptbench.worker.jobs import LoadJob
 from gcsckpt.testing import LocalGCS
-from gcsckpt.testing.local_ranks import LocalRanks
 from tests.bench.runner_fixtures import (
     EP,
     EP_BASE,

@@ -72,7 +72,7 @@ def test_save_probe_measures_a_real_save_round_trip(tmp_path):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader
 
-    from gcsckpt.models.state import expected_bytes
+    from ckptbench.workloads.models.state import expected_bytes
 
     state = {"w": torch.arange(1 << 20, dtype=torch.float32), "step": torch.tensor(7)}
     writer = make_writer("localfs", "bkt", "p", None, folder=str(tmp_path / "save"))

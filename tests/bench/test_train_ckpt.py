@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from ckptbench.harness.local_ranks import run_ranks
 from ckptbench.publish.schema import column_names, load_columns, validate_rows
 from ckptbench.publish.train_table import train_markdown
 from ckptbench.record.case_result import RunContext
@@ -20,7 +21,6 @@ from ckptbench.train.jobs import TrainJob
 from ckptbench.train.run import TrainSettings, round_failure, run_training, training_rows
 from gcsckpt.io import ObjectStore
 from gcsckpt.testing import LocalGCS
-from gcsckpt.testing.local_ranks import run_ranks
 from tests.bench import train_ranks
 
 BUCKET = "train-ckpt"

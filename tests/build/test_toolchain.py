@@ -3,8 +3,9 @@
 import re
 import sys
 
-import _gcsio
 import torch
+
+from gcsckpt import _gcsio
 
 
 def test_extension_imports_beside_torch():

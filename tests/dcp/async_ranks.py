@@ -22,8 +22,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
-from gcsckpt.io import RetryPolicy
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.io import ObjectStore, RetryPolicy
 from gcsckpt.testing import json_api
 
 BUCKET = "async"

@@ -29,9 +29,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
+from ckptbench.harness.local_ranks import run_ranks
 from gcsckpt.dcp import GCSCheckpointer, GCSSavePlanner, GCSStorageReader, GCSStorageWriter
 from gcsckpt.testing import LocalGCS
-from gcsckpt.testing.local_ranks import run_ranks
 
 BUCKET = "stall"
 _BIG, _SMALL = 60, 40  # 60 x 2 MiB + 40 x 4 KiB float32 tensors: ~126 MB a rank

@@ -9,8 +9,8 @@ import re
 import async_ranks
 import pytest
 
+from ckptbench.harness.local_ranks import run_ranks
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
-from gcsckpt.testing.local_ranks import run_ranks
 
 _PRELOAD = ("torch", "torch.distributed.checkpoint", "gcsckpt.dcp", "async_ranks")
 

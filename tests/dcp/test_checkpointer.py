@@ -10,8 +10,8 @@ import async_ranks
 import checkpointer_ranks
 import pytest
 
+from ckptbench.harness.local_ranks import run_ranks
 from gcsckpt.testing import LocalGCS
-from gcsckpt.testing.local_ranks import run_ranks
 
 _PRELOAD = ("torch", "torch.distributed.checkpoint", "gcsckpt.dcp", "checkpointer_ranks")
 

@@ -11,7 +11,8 @@ import sys
 import pytest
 import torch
 
-from gcsckpt.dcp import GCSCheckpointer, ObjectStore
+from gcsckpt.dcp import GCSCheckpointer
+from gcsckpt.io import ObjectStore
 from gcsckpt.testing import LocalGCS
 
 BUCKET = "cli-runs"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import scenarios
 
+from ckptbench.harness.local_ranks import run_ranks
 from gcsckpt.testing import LocalGCS
-from gcsckpt.testing.local_ranks import run_ranks
 
 BUCKET = "compat"
 LEAVES = 41

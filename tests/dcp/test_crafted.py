@@ -12,7 +12,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.io import ObjectStore
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
 BUCKET = "crafted"

@@ -8,8 +8,8 @@ import pytest
 import scenarios
 from torch.distributed.checkpoint.filesystem import SerializationFormat
 
+from ckptbench.harness.local_ranks import run_ranks
 from gcsckpt.testing import LocalGCS
-from gcsckpt.testing.local_ranks import run_ranks
 
 BUCKET = "dist"
 LEAVES = 41  # leaves compared in the fsdp state (tensors and BYTE_IO values)

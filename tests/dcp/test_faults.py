@@ -14,8 +14,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore, ObjectStoreError
-from gcsckpt.io import RetryPolicy
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.io import ObjectStore, ObjectStoreError, RetryPolicy
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
 BUCKET = "faults"

@@ -24,10 +24,10 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import SerializationFormat
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
 from gcsckpt.dcp.checksums import records_of
 from gcsckpt.dcp.metadata_codec import load_metadata
-from gcsckpt.io import RetryPolicy
+from gcsckpt.io import ObjectStore, RetryPolicy
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
 BUCKET = "integrity"

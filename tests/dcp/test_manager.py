@@ -21,9 +21,9 @@ from gcsckpt.dcp import (
     CheckpointSaveError,
     GCSCheckpointer,
     NoCheckpointError,
-    ObjectStore,
 )
 from gcsckpt.dcp.steps import list_steps
+from gcsckpt.io import ObjectStore
 from gcsckpt.testing import LocalGCS
 
 BUCKET = "manager"

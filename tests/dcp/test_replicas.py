@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import replica_ranks
 
+from ckptbench.harness.local_ranks import run_ranks
 from gcsckpt.testing import LocalGCS
-from gcsckpt.testing.local_ranks import run_ranks
 
 BUCKET = "replicas"
 LEAVES = 41  # leaves compared in the fsdp/hsdp state (tensors and BYTE_IO values)

@@ -14,7 +14,8 @@ from torch.distributed.checkpoint import DefaultSavePlanner
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import SerializationFormat
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.io import ObjectStore
 from gcsckpt.testing import LocalGCS
 
 BUCKET = "ckpt"

@@ -13,8 +13,8 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultLoadPlanner, DefaultSavePlanner
 from torch.distributed.checkpoint.api import CheckpointException
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore
-from gcsckpt.io import Uploader
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.io import ObjectStore, Uploader
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
 BUCKET = "isolation"

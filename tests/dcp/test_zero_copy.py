@@ -22,13 +22,14 @@ from torch.distributed.checkpoint import DefaultSavePlanner
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import SerializationFormat
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, ObjectStore, archive_writer
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, archive_writer
 from gcsckpt.dcp.segments import (
     REFERENCE_MIN_BYTES,
     HeldTensors,
     SegmentedStream,
     StagingBudget,
 )
+from gcsckpt.io import ObjectStore
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
 BUCKET = "zero-copy"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from gcsckpt.dcp import ObjectStore
 from gcsckpt.dcp.local_tier import default_local_dir
 from gcsckpt.dcp.steps import complete_steps
+from gcsckpt.io import ObjectStore
 from gcsckpt.testing import LocalGCS
 from gcsckpt.testing.ports import free_port
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import os
 
-import _gcsio
-
+from gcsckpt import _gcsio
 from gcsckpt.io import RangeReader, RetryPolicy, Uploader, defaults
 
 # Table entries only the C++ engine reads (the token cache's lifetime of a token without expiry).

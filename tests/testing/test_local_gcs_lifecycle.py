@@ -11,12 +11,12 @@ import tempfile
 import textwrap
 import time
 
-import _gcsio
 import psutil
 import pytest
 
 import gcsckpt
 import gcsckpt.io
+from gcsckpt import _gcsio
 from gcsckpt.testing import LocalGCS, LocalGCSError, nginx_config
 
 
@@ -203,9 +203,9 @@ def _run_as_nobody(base: str) -> None:
     os.chmod(base, 0o755)
     pkg = os.path.join(base, "pkg", "gcsckpt")
     shutil.copytree(os.path.dirname(gcsckpt.testing.__file__), os.path.join(pkg, "testing"))
-    # testing builds its URLs with gcsckpt.io, whose package loads the C++ module.
+    # testing builds its URLs with gcsckpt.io, whose package loads the C++ module (gcsckpt._gcsio).
     shutil.copytree(os.path.dirname(gcsckpt.io.__file__), os.path.join(pkg, "io"))
-    shutil.copy(_gcsio.__file__, os.path.join(base, "pkg"))
+    shutil.copy(_gcsio.__file__, pkg)
     shutil.copy(gcsckpt.__file__, os.path.join(pkg, "__init__.py"))
     work = os.path.join(base, "work")
     os.mkdir(work)

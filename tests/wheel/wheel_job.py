@@ -99,7 +99,7 @@ def main() -> None:
     import _gcsio
 
     import gcsckpt
-    from gcsckpt.testing.local_ranks import run_ranks
+    from ckptbench.harness.local_ranks import run_ranks
 
     ranks = run_ranks(
         save_and_load,

@@ -8,7 +8,7 @@ load("@local_python//:wheel_tags.bzl", "PLATFORM_TAG", "PYTHON_TAG")
 
 # What the wheel ships: the library (io, dcp; with the root package) and the local endpoint
 # (testing), the files under python/gcsckpt/ only. The benchmark (`ckptbench`, outside that
-# root) and gcsckpt.models and gcsckpt.parallel are run through Bazel. Shared with
+# root) and ckptbench.workloads.models and ckptbench.workloads.parallel are run through Bazel. Shared with
 # //tests/wheel, which checks the wheel holds exactly these sources.
 WHEEL_LIBS = [
     "//python:cli",

@@ -27,15 +27,15 @@ from typing import Any
 
 import yaml
 
-from gcsckpt.models.configs import (
+from ckptbench.workloads.models.configs import (
     ModelSpecError,
     config_dict,
     is_moe,
     parse_model_spec,
     with_scale,
 )
-from gcsckpt.parallel.dims import SIZE_NAMES, ParallelDims
-from gcsckpt.parallel.strategies import LayoutError
+from ckptbench.workloads.parallel.dims import SIZE_NAMES, ParallelDims
+from ckptbench.workloads.parallel.strategies import LayoutError
 
 AXES = ("baseline", "strategy", "model", "reshard")
 DEFAULT_MAX_WORLD_SIZE = 16
@@ -82,8 +82,8 @@ class Case:
 
     Attributes:
       model: model spec (``llama_3_1_8b``, ``olmoe_1b_7b_0924:scaled``, a config.json path or
-        ``gs://`` URI), see ``gcsckpt.models.configs``.
-      strategy: one of ``gcsckpt.parallel.strategies.STRATEGY_DIMS``.
+        ``gs://`` URI), see ``ckptbench.workloads.models.configs``.
+      strategy: one of ``ckptbench.workloads.parallel.strategies.STRATEGY_DIMS``.
       world_size: ranks (processes, one per device).
       data_parallel_size, data_parallel_replicate_size, tensor_parallel_size,
         pipeline_parallel_size, expert_parallel_size: the mesh sizes as the YAML spells them
@@ -115,7 +115,7 @@ class Case:
 
     @property
     def parallel_dims(self) -> ParallelDims:
-        """The case's layout as ``gcsckpt.parallel`` takes it.
+        """The case's layout as ``ckptbench.workloads.parallel`` takes it.
 
         Raises:
           LayoutError: the sizes do not fit the strategy (see ``ParallelDims``).

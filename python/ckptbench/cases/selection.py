@@ -15,8 +15,8 @@ from ckptbench.cases.catalogue import (
     load_catalogue,
     validate_case,
 )
-from gcsckpt.parallel.dims import SIZE_NAMES
-from gcsckpt.parallel.strategies import STRATEGY_DIMS
+from ckptbench.workloads.parallel.dims import SIZE_NAMES
+from ckptbench.workloads.parallel.strategies import STRATEGY_DIMS
 
 
 def override_world_size(case: Case, world_size: int) -> Case:

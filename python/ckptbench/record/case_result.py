@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ckptbench.record.host import HostFacts
 from ckptbench.record.resources import ResourceUsage
-from gcsckpt.parallel.dims import ParallelDims
+from ckptbench.workloads.parallel.dims import ParallelDims
 
 if TYPE_CHECKING:
     from ckptbench.cases.catalogue import Case

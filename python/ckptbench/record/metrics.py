@@ -33,7 +33,7 @@ from ckptbench.record.case_result import (
 from ckptbench.record.host import HostFacts
 from ckptbench.record.resources import ResourceUsage
 from ckptbench.roles import REFERENCES
-from gcsckpt.parallel.dims import SIZE_NAMES
+from ckptbench.workloads.parallel.dims import SIZE_NAMES
 
 Row = dict[str, Any]
 

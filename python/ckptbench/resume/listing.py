@@ -27,7 +27,7 @@ def list_names(reader: str, bucket: str, prefix: str, endpoint: str | None) -> l
     """
     head = f"{prefix}/step-" if prefix else "step-"
     if reader == "gcsckpt":
-        from gcsckpt.dcp import ObjectStore
+        from gcsckpt.io import ObjectStore
 
         with ObjectStore(endpoint) as store:
             return store.list(bucket, head)

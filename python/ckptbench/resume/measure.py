@@ -16,9 +16,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ckptbench.harness.local_ranks import LocalRanks
 from ckptbench.resume import rank
 from ckptbench.resume.listing import split_url
-from gcsckpt.testing.local_ranks import LocalRanks
 
 READERS = ("gcsckpt", "fsspec")  # gcsckpt, and the stock FsspecReader over gcsfs
 PHASES = ("start_s", "build_s", "find_s", "load_s", "first_step_s")
@@ -60,7 +60,7 @@ def prepare_checkpoint(
     url = f"{base_url}/step-{step}"
     firsts = _ranks(spec).run(rank.save_rank, spec.world_size, spec.model, url, endpoint)
     if interrupted is not None:
-        from gcsckpt.dcp import ObjectStore
+        from gcsckpt.io import ObjectStore
 
         bucket, prefix = split_url(base_url)
         with ObjectStore(endpoint) as store:

@@ -27,13 +27,18 @@ from ckptbench.resume.listing import list_names, split_url
 from ckptbench.worker import arms
 from ckptbench.worker.jobs import SAVE_SEED
 from ckptbench.worker.planner import counting_planner_for
+from ckptbench.workloads.models.builder import build_meta_model
+from ckptbench.workloads.models.state import (
+    app_state_dict,
+    expected_bytes,
+    local_checksums,
+    materialize,
+)
+from ckptbench.workloads.parallel.app_state import RankState, build_rank_state
+from ckptbench.workloads.parallel.dims import ParallelDims
+from ckptbench.workloads.parallel.layout import apply_layout
+from ckptbench.workloads.parallel.mesh import build_mesh
 from gcsckpt.dcp.steps import committed_steps
-from gcsckpt.models.builder import build_meta_model
-from gcsckpt.models.state import app_state_dict, expected_bytes, local_checksums, materialize
-from gcsckpt.parallel.app_state import RankState, build_rank_state
-from gcsckpt.parallel.dims import ParallelDims
-from gcsckpt.parallel.layout import apply_layout
-from gcsckpt.parallel.mesh import build_mesh
 
 BATCH, SEQUENCE = 2, 32  # tokens per rank of the first step
 # transformers' causal LM returns a view; one step does no in-place op on it.

@@ -30,6 +30,7 @@ from rich.console import Console
 from ckptbench.cases.catalogue import Case
 from ckptbench.ceiling.download import measure_download_ceiling
 from ckptbench.ceiling.upload import measure_upload_ceiling
+from ckptbench.harness.local_ranks import backend_for
 from ckptbench.publish.report import PublishedReport, publish_report
 from ckptbench.publish.train_table import print_train_table
 from ckptbench.record.case_result import CaseInfo, CaseResult, RunContext
@@ -66,9 +67,8 @@ from ckptbench.worker.jobs import (
     with_verification,
 )
 from ckptbench.worker.rank import RankFailure
+from ckptbench.workloads.parallel.app_state import state_config_hash
 from gcsckpt.io.defaults import MAX_INFLIGHT_UPLOADS
-from gcsckpt.parallel.app_state import state_config_hash
-from gcsckpt.testing.local_ranks import backend_for
 
 RESULTS_ROOT = os.path.join("~", ".cache", "gcsckpt", "results")
 

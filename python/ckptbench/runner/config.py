@@ -11,8 +11,8 @@ from ckptbench.cases.selection import select_run_cases
 from ckptbench.roles import BASELINE, CANDIDATE, PEERS, READERS, REFERENCES, WRITERS
 from ckptbench.runner.bucket_type import run_bucket_type
 from ckptbench.runner.storage import DEFAULT_LOCAL_DIR
+from ckptbench.workloads.models.configs import SCALES
 from gcsckpt.dcp.paths import parse_checkpoint_id
-from gcsckpt.models.configs import SCALES
 
 DEVICES = ("cpu", "cuda")
 

@@ -15,7 +15,7 @@ from absl import app, flags
 from ckptbench.roles import READERS, UNVERIFIED, WRITERS
 from ckptbench.runner.config import DEVICES, RunConfig
 from ckptbench.runner.storage import DEFAULT_LOCAL_DIR
-from gcsckpt.models.configs import SCALES
+from ckptbench.workloads.models.configs import SCALES
 
 FLAGS = flags.FLAGS
 

@@ -1,7 +1,7 @@
 """Launchers: how the runner gets a job run on every rank of a case's world.
 
 ``SpawnLauncher`` (single machine, the default) runs each job on fresh local rank processes
-through ``gcsckpt.testing.local_ranks`` (the launcher the tests use too: forkserver with torch,
+through ``ckptbench.harness.local_ranks`` (the launcher the tests use too: forkserver with torch,
 transformers, google-cloud-storage and the worker preloaded, model building warmed up once by
 ``worker.warm_up``; a free loopback port), relays the ranks' progress messages to the display,
 enforces a wall-clock limit and returns rank 0's gathered results.
@@ -20,8 +20,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ckptbench.harness.local_ranks import LocalRanks, RankError
 from ckptbench.worker.rank import run_job, spawned_rank_main
-from gcsckpt.testing.local_ranks import LocalRanks, RankError
 
 # Imported once by the forkserver, shared copy-on-write by every rank process it forks: what
 # every job's ranks import or set up anyway (google-cloud-storage for the checksums object,

@@ -50,9 +50,9 @@ from ckptbench.worker.load_job import (
 from ckptbench.worker.planner import counting_planner_for
 from ckptbench.worker.save_job import VERIFY_READER, _copy_to_disk, _empty
 from ckptbench.worker.save_probe import release_free_memory
-from gcsckpt.dcp import ObjectStore
-from gcsckpt.models.state import app_state_dict, expected_bytes, local_checksums
-from gcsckpt.parallel.mesh import build_mesh
+from ckptbench.workloads.models.state import app_state_dict, expected_bytes, local_checksums
+from ckptbench.workloads.parallel.mesh import build_mesh
+from gcsckpt.io import ObjectStore
 
 SAMPLE_INTERVAL_S = 0.05  # the rank tree's CPU and RSS every 50 ms
 

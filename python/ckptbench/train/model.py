@@ -1,8 +1,8 @@
 """The model a training-benchmark rank trains: OLMoE at a scale, in the ep or fsdp layout.
 
-Built like every benchmark case's state (``gcsckpt.parallel.app_state.build_rank_state``: meta
+Built like every benchmark case's state (``workloads.parallel.app_state.build_rank_state``: meta
 model, layout, seeded parameters and AdamW state), then trained for real. Under ep each rank
-keeps a slice of whole experts (``gcsckpt.parallel.ep``) and its MoE blocks route the rank's own
+keeps a slice of whole experts (``workloads.parallel.ep``) and its MoE blocks route the rank's own
 tokens to its own experts only (tokens routed elsewhere are dropped: there is no all-to-all
 dispatch, which changes the compute, not what a checkpoint holds). Batches are a function of
 (step, rank), so every arm trains the same values.
@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gcsckpt.models.builder import decoder_layers
-from gcsckpt.models.configs import config_dict
-from gcsckpt.parallel.app_state import RankState, build_rank_state
-from gcsckpt.parallel.dims import ParallelDims
+from ckptbench.workloads.models.builder import decoder_layers
+from ckptbench.workloads.models.configs import config_dict
+from ckptbench.workloads.parallel.app_state import RankState, build_rank_state
+from ckptbench.workloads.parallel.dims import ParallelDims
 
 MODEL = "olmoe_1b_7b_0924"
 # "small" (the default, sized for 2 cores): the scaled OLMoE's widths (hidden 512, 16 heads,

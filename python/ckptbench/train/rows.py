@@ -25,7 +25,7 @@ from ckptbench.record.metrics import WORKLOAD_FAMILY, run_columns
 from ckptbench.train.jobs import RankTrain, TrainJob
 from ckptbench.train.model import MODEL, layout_dims
 from ckptbench.train.saving import CONTROL
-from gcsckpt.parallel.dims import SIZE_NAMES
+from ckptbench.workloads.parallel.dims import SIZE_NAMES
 
 SCENARIO_TRAIN = "checkpoint_train"  # checkpoints in a training loop (case ids train-...)
 GB = 1e9

@@ -86,7 +86,7 @@ class TrainSettings:
 
 def _state_bytes_estimate(scale: str) -> int:
     """Tensor bytes of the whole state: bf16 parameters and two AdamW moments."""
-    from gcsckpt.models.builder import build_meta_model, count_parameters
+    from ckptbench.workloads.models.builder import build_meta_model, count_parameters
 
     return count_parameters(build_meta_model(model_config(scale))) * 2 * 3
 

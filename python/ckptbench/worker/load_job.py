@@ -37,10 +37,10 @@ from ckptbench.worker.jobs import (
 )
 from ckptbench.worker.planner import counting_planner_for
 from ckptbench.worker.setup_job import rank_device
-from gcsckpt.dcp import ObjectStore
-from gcsckpt.models.state import expected_bytes, local_checksums
-from gcsckpt.parallel.app_state import build_app_state
-from gcsckpt.parallel.mesh import build_mesh
+from ckptbench.workloads.models.state import expected_bytes, local_checksums
+from ckptbench.workloads.parallel.app_state import build_app_state
+from ckptbench.workloads.parallel.mesh import build_mesh
+from gcsckpt.io import ObjectStore
 
 LISTED_KEYS = 20  # mismatching keys kept per rank and round
 _ERROR_CHARS = 600  # characters of one rank's error kept in messages

@@ -1,7 +1,7 @@
 """The rank entry: join the process group, run one job, gather every rank's result.
 
 The same code serves both launchers: ``spawned_rank_main`` is what the single-machine runner
-runs on every rank through ``gcsckpt.testing.local_ranks`` (which joins the group over a free
+runs on every rank through ``ckptbench.harness.local_ranks`` (which joins the group over a free
 loopback port), and ``init_from_env`` joins a group started by ``torchrun`` (``env://``
 rendezvous: RANK, WORLD_SIZE, MASTER_ADDR, ...), after which the runner calls ``run_job`` in
 every rank process itself.
@@ -18,12 +18,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
+from ckptbench.harness.local_ranks import backend_for
 from ckptbench.record.progress import rank_reporter
 from ckptbench.worker.jobs import LoadJob, SaveJob, SetupJob, VerifySaveJob
 from ckptbench.worker.load_job import describe_error, run_load
 from ckptbench.worker.save_job import run_save, run_verify_save
 from ckptbench.worker.setup_job import run_setup
-from gcsckpt.testing.local_ranks import backend_for
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,10 +50,10 @@ from ckptbench.worker.load_job import (
 from ckptbench.worker.planner import counting_planner_for
 from ckptbench.worker.save_probe import SaveProbe, release_free_memory
 from ckptbench.worker.setup_job import rank_device
-from gcsckpt.dcp import ObjectStore
-from gcsckpt.models.state import expected_bytes, local_checksums
-from gcsckpt.parallel.app_state import build_app_state
-from gcsckpt.parallel.mesh import build_mesh
+from ckptbench.workloads.models.state import expected_bytes, local_checksums
+from ckptbench.workloads.parallel.app_state import build_app_state
+from ckptbench.workloads.parallel.mesh import build_mesh
+from gcsckpt.io import ObjectStore
 
 # Saves are checked with torch's stock FileSystemReader (and its default planner), never with
 # the arm's own reader.

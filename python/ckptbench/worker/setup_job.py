@@ -17,10 +17,11 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 from ckptbench.worker.jobs import SAVE_SEED, RankSetupResult, SetupJob, checksums_object
-from gcsckpt.dcp import GCSStorageWriter, ObjectStore
-from gcsckpt.models.state import expected_bytes, local_checksums
-from gcsckpt.parallel.app_state import build_app_state
-from gcsckpt.parallel.mesh import build_mesh
+from ckptbench.workloads.models.state import expected_bytes, local_checksums
+from ckptbench.workloads.parallel.app_state import build_app_state
+from ckptbench.workloads.parallel.mesh import build_mesh
+from gcsckpt.dcp import GCSStorageWriter
+from gcsckpt.io import ObjectStore
 
 
 def rank_device(device: str) -> torch.device:

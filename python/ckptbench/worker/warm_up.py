@@ -6,7 +6,7 @@ docs/measurements.md, "Where a main-job run spends its time").
 Nothing is kept: the models are dropped (``meta`` tensors hold no storage).
 """
 
-from gcsckpt.models.builder import build_meta_model
+from ckptbench.workloads.models.builder import build_meta_model
 
 for _spec in ("olmoe_1b_7b_0924:tiny", "llama_3_1_8b:tiny"):
     build_meta_model(_spec)

@@ -32,7 +32,6 @@ from gcsckpt.dcp.reader import GCSStorageReader
 from gcsckpt.dcp.save_planner import GCSSavePlanner
 from gcsckpt.dcp.upload_pipeline import SaveStats
 from gcsckpt.dcp.writer import GCSStorageWriter
-from gcsckpt.io.objects import ObjectStore, ObjectStoreError  # re-exported: moved to gcsckpt.io
 
 __all__ = [
     "CheckpointNotFoundError",
@@ -47,8 +46,6 @@ __all__ = [
     "GCSStorageWriter",
     "LoadStats",
     "NoCheckpointError",
-    "ObjectStore",
-    "ObjectStoreError",
     "SaveStats",
     "UnsafeMetadataError",
 ]

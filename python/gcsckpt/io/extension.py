@@ -1,9 +1,10 @@
-"""Imports the C++ range reader `_gcsio`, with an error that says what is missing.
+"""Imports the C++ range reader `gcsckpt._gcsio`, with an error that says what is missing.
 
-`_gcsio` links the system libcurl (libcurl.so.4, not shipped in the wheel: it must match the
-system's TLS libraries and CA store). Without it the loader's own message is
-"libcurl.so.4: cannot open shared object file"; this module turns that into an ImportError that
-names libcurl and the package that provides it.
+The extension lives inside the package: the wheel installs it as `gcsckpt/_gcsio.cpython-*.so`,
+Bazel places it at bazel-bin/python/gcsckpt/_gcsio.so. It links the system libcurl
+(libcurl.so.4, not shipped in the wheel: it must match the system's TLS libraries and CA store).
+Without it the loader's own message is "libcurl.so.4: cannot open shared object file"; this
+module turns that into an ImportError that names libcurl and the package that provides it.
 """
 
 from __future__ import annotations
@@ -19,18 +20,20 @@ _LIBCURL_HELP = (
 
 def _import_gcsio():
     try:
-        import _gcsio
+        from gcsckpt import _gcsio
     except ModuleNotFoundError as e:
-        if e.name != "_gcsio":
+        if e.name != "gcsckpt._gcsio":
             raise
         raise ImportError(
-            "gcsckpt's C++ extension _gcsio is not installed: install the gcsckpt wheel "
-            "(tools/bazel run //:wheel_dist builds it) or, in Bazel, depend on //cc/gcsio:gcsio_py",
-            name="_gcsio",
+            "gcsckpt's C++ extension gcsckpt._gcsio is not installed: install the gcsckpt wheel "
+            "(tools/bazel run //:wheel_dist builds it); in Bazel depend on //python:io; in a "
+            "source tree copy bazel-bin/python/gcsckpt/_gcsio.so (tools/bazel build "
+            "//python:gcsckpt/_gcsio.so) into python/gcsckpt/",
+            name="gcsckpt._gcsio",
         ) from e
     except ImportError as e:
         if "libcurl" in str(e) or ctypes.util.find_library("curl") is None:
-            raise ImportError(f"{_LIBCURL_HELP} (loader: {e})", name="_gcsio") from e
+            raise ImportError(f"{_LIBCURL_HELP} (loader: {e})", name="gcsckpt._gcsio") from e
         raise
     return _gcsio
 

@@ -1,14 +1,15 @@
 """ParallelDims: the sizes of a rank layout's mesh dims, checked once (pure Python, no torch).
 
-Everything in ``gcsckpt.parallel`` takes a ``ParallelDims`` rather than a caller's record: the
-benchmark builds one from its ``Case`` (``Case.parallel_dims``), tests build them directly.
+Everything in ``ckptbench.workloads.parallel`` takes a ``ParallelDims`` rather than a caller's
+record: the benchmark builds one from its ``Case`` (``Case.parallel_dims``), tests build them
+directly.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from gcsckpt.parallel.strategies import MESH_DIMS, STRATEGY_DIMS, LayoutError
+from ckptbench.workloads.parallel.strategies import MESH_DIMS, STRATEGY_DIMS, LayoutError
 
 # The long names of the sizes: in error messages, and the benchmark catalogue's fields and result
 # columns.

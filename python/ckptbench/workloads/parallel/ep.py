@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from gcsckpt.models.builder import decoder_layers
+from ckptbench.workloads.models.builder import decoder_layers
 
 
 def expert_slice(num_experts: int, ep_rank: int, ep_size: int) -> range:

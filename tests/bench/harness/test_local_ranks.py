@@ -1,9 +1,9 @@
-"""The one rank launcher (gcsckpt.testing.local_ranks): results by rank, errors naming the rank."""
+"""The one rank launcher (ckptbench.harness.local_ranks): results by rank, errors naming it."""
 
 import pytest
 
-from gcsckpt.testing.local_ranks import LocalRanks, RankError, backend_for, run_ranks
-from tests.parallel import rank_steps
+from ckptbench.harness.local_ranks import LocalRanks, RankError, backend_for, run_ranks
+from tests.bench.harness import rank_steps
 
 
 def test_results_come_back_in_rank_order_from_one_gloo_group():

@@ -5,9 +5,9 @@ import tempfile
 
 import pytest
 
-from gcsckpt.testing.local_ranks import run_ranks
-from tests.parallel import roundtrip_worker as worker
-from tests.parallel.fake_ranks import make_case
+from ckptbench.harness.local_ranks import run_ranks
+from tests.bench.workloads import roundtrip_worker as worker
+from tests.bench.workloads.fake_ranks import make_case
 
 OLMOE = "olmoe_1b_7b_0924:tiny"
 RANKS = 4

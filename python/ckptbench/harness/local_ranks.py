@@ -5,14 +5,14 @@ forkserver that imported ``preload`` once: on 2 cores that saves ~2 CPU-seconds 
 "spawn", and unlike plain "fork" the ranks never inherit the caller's threads (a resource
 sampler, LocalGCS's log readers). Each rank joins a group at ``tcp://127.0.0.1:<free port>``
 (gloo on CPU; nccl with one GPU per rank), runs ``fn(rank, *args)`` and pickles what it returns.
-Not imported by ``gcsckpt.testing`` itself, so importing that package stays torch-free.
+Part of the benchmark, not of the wheel (which ships ``gcsckpt.testing``'s endpoint only).
 
 ``LocalRanks(executable=...)`` runs the ranks on another Python interpreter (a venv with other
 pins, e.g. a benchmark arm whose library needs an older google-cloud-storage): they start with
 "spawn" on that interpreter, with this repository's import roots (this process's ``sys.path``
 minus its own installation) ahead of that interpreter's own ``sys.path``, and without re-running
 this process's ``__main__``. The interpreter must be the same Python version (pickles, the
-``_gcsio`` extension).
+``gcsckpt._gcsio`` extension).
 """
 
 from __future__ import annotations

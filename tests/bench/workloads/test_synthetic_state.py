@@ -5,9 +5,9 @@ import hashlib
 import pytest
 import torch
 
-from gcsckpt.models.builder import build_meta_model
-from gcsckpt.models.seeded import fill_normal_, fill_normal_block_
-from gcsckpt.models.state import (
+from ckptbench.workloads.models.builder import build_meta_model
+from ckptbench.workloads.models.seeded import fill_normal_, fill_normal_block_
+from ckptbench.workloads.models.state import (
     PARAM_STD,
     app_state_dict,
     attach_adamw_state,
@@ -37,7 +37,7 @@ def test_values_depend_on_global_index_only():
 
 
 def test_rows_split_across_chunks_match(monkeypatch):
-    import gcsckpt.models.seeded as seeded
+    import ckptbench.workloads.models.seeded as seeded
 
     whole = _filled((64, 48))
     monkeypatch.setattr(seeded, "_CHUNK_ELEMENTS", 100)  # forces 2-row chunks

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gcsckpt.parallel.dims import ParallelDims
-from gcsckpt.parallel.strategies import LayoutError
+from ckptbench.workloads.parallel.dims import ParallelDims
+from ckptbench.workloads.parallel.strategies import LayoutError
 
 
 def test_mesh_dims_are_the_non_unit_sizes_outermost_first():

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from gcsckpt.parallel.dims import ParallelDims
+from ckptbench.workloads.parallel.dims import ParallelDims
 
 
 @contextmanager
@@ -24,7 +24,8 @@ def fake_rank(rank: int, world_size: int) -> Iterator[None]:
 
 def make_case(model: str, strategy: str, world_size: int, **sizes: int) -> SimpleNamespace:
     """A test case: ``model`` (spec), ``dims`` (its ``ParallelDims``), ``name`` (the strategy),
-    ``strategy`` and ``world_size``; settable extra attributes are ignored by ``gcsckpt.parallel``.
+    ``strategy`` and ``world_size``; settable extra attributes are ignored by
+    ``ckptbench.workloads.parallel``.
 
     Size keywords: ``dp`` (dp_shard), ``dpr``, ``tp``, ``pp``, ``ep`` (others default 1).
 

@@ -11,12 +11,12 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from gcsckpt.models.builder import build_meta_model
-from gcsckpt.models.configs import config_dict, parse_model_spec, with_scale
-from gcsckpt.models.state import app_state_dict, attach_adamw_state, materialize
-from gcsckpt.parallel.dims import SIZE_NAMES, ParallelDims
-from gcsckpt.parallel.layout import Layout, apply_layout
-from gcsckpt.parallel.strategies import MESH_DIMS
+from ckptbench.workloads.models.builder import build_meta_model
+from ckptbench.workloads.models.configs import config_dict, parse_model_spec, with_scale
+from ckptbench.workloads.models.state import app_state_dict, attach_adamw_state, materialize
+from ckptbench.workloads.parallel.dims import SIZE_NAMES, ParallelDims
+from ckptbench.workloads.parallel.layout import Layout, apply_layout
+from ckptbench.workloads.parallel.strategies import MESH_DIMS
 
 # Bump when the synthetic values or the state-dict structure change, so old checkpoints are
 # not reused against new checksums.

@@ -8,7 +8,7 @@ from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import fully_shard
 
-from gcsckpt.models.builder import decoder_layers
+from ckptbench.workloads.models.builder import decoder_layers
 
 
 def apply_fsdp(

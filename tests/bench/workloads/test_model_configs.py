@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from gcsckpt.models.builder import build_meta_model, count_parameters, decoder_layers
-from gcsckpt.models.configs import (
+from ckptbench.workloads.models.builder import build_meta_model, count_parameters, decoder_layers
+from ckptbench.workloads.models.configs import (
     ModelSpecError,
     config_dict,
     is_moe,

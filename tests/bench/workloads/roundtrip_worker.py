@@ -7,9 +7,9 @@ from typing import Any
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
-from gcsckpt.models.state import expected_bytes, local_checksums
-from gcsckpt.parallel.app_state import build_app_state
-from gcsckpt.parallel.mesh import build_mesh
+from ckptbench.workloads.models.state import expected_bytes, local_checksums
+from ckptbench.workloads.parallel.app_state import build_app_state
+from ckptbench.workloads.parallel.mesh import build_mesh
 
 SAVE_SEED, FRESH_SEED = 11, 22
 
@@ -19,7 +19,7 @@ PRELOAD = (
     "torch.distributed.checkpoint",
     "transformers.models.llama.modeling_llama",
     "transformers.models.olmoe.modeling_olmoe",
-    "gcsckpt.parallel.app_state",
+    "ckptbench.workloads.parallel.app_state",
 )
 
 

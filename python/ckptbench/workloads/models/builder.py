@@ -7,7 +7,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from gcsckpt.models.configs import ModelSpec, config_dict, parse_model_spec, to_hf_config
+from ckptbench.workloads.models.configs import (
+    ModelSpec,
+    config_dict,
+    parse_model_spec,
+    to_hf_config,
+)
 
 
 def build_meta_model(model: ModelSpec | str | dict[str, Any]) -> nn.Module:
@@ -15,7 +20,7 @@ def build_meta_model(model: ModelSpec | str | dict[str, Any]) -> nn.Module:
 
     The structure is transformers 4.46.3's (``OlmoeForCausalLM``: one ``OlmoeMLP`` module per
     expert under ``model.layers.<L>.mlp.experts.<i>``; ``LlamaForCausalLM``), so parameter FQNs are
-    the published checkpoint names. Materialize with ``gcsckpt.models.state.materialize``.
+    the published checkpoint names. Materialize with ``models.state.materialize``.
 
     transformers' weight initialisation is skipped (``no_init_weights``): on ``meta`` it stores
     nothing, and ``materialize`` fills every parameter, yet it costs CPU time (torch's

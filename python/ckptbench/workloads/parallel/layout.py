@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from gcsckpt.parallel.dims import ParallelDims
-from gcsckpt.parallel.ep import expert_slice, keep_local_experts
-from gcsckpt.parallel.fsdp import apply_fsdp
-from gcsckpt.parallel.mesh import dim_size, local_rank, sub_mesh
-from gcsckpt.parallel.pp import split_pipeline_stage
-from gcsckpt.parallel.tp import apply_tp
+from ckptbench.workloads.parallel.dims import ParallelDims
+from ckptbench.workloads.parallel.ep import expert_slice, keep_local_experts
+from ckptbench.workloads.parallel.fsdp import apply_fsdp
+from ckptbench.workloads.parallel.mesh import dim_size, local_rank, sub_mesh
+from ckptbench.workloads.parallel.pp import split_pipeline_stage
+from ckptbench.workloads.parallel.tp import apply_tp
 
 
 @dataclass(frozen=True)

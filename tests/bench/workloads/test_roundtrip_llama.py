@@ -5,9 +5,9 @@ import tempfile
 
 import pytest
 
-from gcsckpt.testing.local_ranks import run_ranks
-from tests.parallel import roundtrip_worker as worker
-from tests.parallel.fake_ranks import make_case
+from ckptbench.harness.local_ranks import run_ranks
+from tests.bench.workloads import roundtrip_worker as worker
+from tests.bench.workloads.fake_ranks import make_case
 
 LLAMA = "llama_3_1_8b:tiny"
 FSDP = make_case(LLAMA, "fsdp", 4, dp=4)

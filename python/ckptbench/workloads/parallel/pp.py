@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from gcsckpt.models.builder import decoder_layers
+from ckptbench.workloads.models.builder import decoder_layers
 
 
 def stage_layers(num_layers: int, stage: int, num_stages: int) -> range:

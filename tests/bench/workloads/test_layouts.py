@@ -5,11 +5,11 @@ import torch
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.placement_types import _StridedShard
 
-from gcsckpt.models.builder import build_meta_model
-from gcsckpt.parallel.layout import apply_layout
-from gcsckpt.parallel.mesh import build_mesh
-from gcsckpt.parallel.strategies import LayoutError
-from tests.parallel.fake_ranks import fake_rank, make_case
+from ckptbench.workloads.models.builder import build_meta_model
+from ckptbench.workloads.parallel.layout import apply_layout
+from ckptbench.workloads.parallel.mesh import build_mesh
+from ckptbench.workloads.parallel.strategies import LayoutError
+from tests.bench.workloads.fake_ranks import fake_rank, make_case
 
 OLMOE, LLAMA = "olmoe_1b_7b_0924:tiny", "llama_3_1_8b:tiny"
 
@@ -129,7 +129,7 @@ def test_uneven_or_impossible_layouts_are_rejected():
 
 
 def test_tied_embeddings_cannot_be_split_across_stages():
-    from gcsckpt.parallel.pp import split_pipeline_stage
+    from ckptbench.workloads.parallel.pp import split_pipeline_stage
 
     model = build_meta_model(LLAMA)
     model.config.tie_word_embeddings = True

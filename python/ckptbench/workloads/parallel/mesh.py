@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from gcsckpt.parallel.dims import ParallelDims
+from ckptbench.workloads.parallel.dims import ParallelDims
 
 
 def build_mesh(dims: ParallelDims, device_type: str = "cpu") -> DeviceMesh | None:

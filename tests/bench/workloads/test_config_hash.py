@@ -2,10 +2,10 @@
 
 import pytest
 
-from gcsckpt.models.configs import ModelSpecError
-from gcsckpt.parallel.app_state import state_config_hash
-from gcsckpt.parallel.strategies import LayoutError
-from tests.parallel.fake_ranks import make_case
+from ckptbench.workloads.models.configs import ModelSpecError
+from ckptbench.workloads.parallel.app_state import state_config_hash
+from ckptbench.workloads.parallel.strategies import LayoutError
+from tests.bench.workloads.fake_ranks import make_case
 
 EP = make_case("olmoe_1b_7b_0924", "ep", 8, dp=8, ep=8)
 

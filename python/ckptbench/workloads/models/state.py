@@ -2,7 +2,8 @@
 
 A training checkpoint holds the bf16 parameters plus AdamW's ``exp_avg`` and ``exp_avg_sq``
 (here bf16 too) and a ``step`` per parameter: about 3x the parameter bytes. Values come from
-``gcsckpt.models.seeded`` so they depend on (seed, FQN, global index) only, never on the layout.
+``ckptbench.workloads.models.seeded`` so they depend on (seed, FQN, global index) only, never
+on the layout.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 from torch.distributed.tensor import DTensor
 
-from gcsckpt.models.seeded import fill_normal_, local_extent, name_key
+from ckptbench.workloads.models.seeded import fill_normal_, local_extent, name_key
 
 PARAM_STD = 0.02  # transformers' initializer_range for both models
 EXP_AVG_STD = 1e-3  # first moments; second moments are squares of N(0, EXP_AVG_STD^2)

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from gcsckpt.models.seeded import local_extent
-from gcsckpt.models.state import iter_leaves
-from gcsckpt.parallel.app_state import build_app_state, build_rank_state
-from gcsckpt.parallel.mesh import build_mesh
-from tests.parallel.fake_ranks import fake_rank, make_case
+from ckptbench.workloads.models.seeded import local_extent
+from ckptbench.workloads.models.state import iter_leaves
+from ckptbench.workloads.parallel.app_state import build_app_state, build_rank_state
+from ckptbench.workloads.parallel.mesh import build_mesh
+from tests.bench.workloads.fake_ranks import fake_rank, make_case
 
 OLMOE = "olmoe_1b_7b_0924:tiny"
 SEED = 7
