@@ -1,10 +1,12 @@
 """//:wheel: file list, tags, metadata, and a 2-rank FSDP2 save/load by the installed wheel.
 
 The wheel must hold exactly the sources of the shipped libraries (byte for byte), the extension
-Bazel built, Requires-Dist entries that match the modules' third-party imports with ranges that
-start at the tested pins; installed with `pip install --no-deps` into a fresh venv (other
-packages from the pinned environment through a .pth file), it must save and load a sharded
-state dict against the local endpoint from a folder outside the repository.
+Bazel built inside the package (gcsckpt._gcsio), the version of `gcsckpt.__version__`, a
+description of its own (not the repository's README), Requires-Dist entries that match the
+modules' third-party imports with ranges that start at the tested pins; installed with
+`pip install --no-deps` into a fresh venv (other packages from the pinned environment through a
+.pth file), it must save and load a sharded state dict against the local endpoint from a folder
+outside the repository.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -25,14 +28,16 @@ import pytest
 import wheel_contents as wc
 from packaging.utils import canonicalize_name
 
+import gcsckpt
 from gcsckpt.testing import LocalGCS
 
 RUNFILES = Path(os.environ.get("TEST_SRCDIR", "."), os.environ.get("TEST_WORKSPACE", "gcsckpt"))
-VERSION = "0.1.0"
+VERSION = gcsckpt.__version__  # the one source of the version
 TAG = f"cp{sys.version_info[0]}{sys.version_info[1]}"
 DIST_INFO = f"gcsckpt-{VERSION}.dist-info"
-EXTENSION = "_gcsio"
-EXTENSION_FILE = f"{EXTENSION}{sysconfig.get_config_var('EXT_SUFFIX')}"
+EXTENSION = "gcsckpt._gcsio"
+EXTENSION_FILE = f"gcsckpt/_gcsio{sysconfig.get_config_var('EXT_SUFFIX')}"
+BUILT_EXTENSION = "gcsckpt/_gcsio.so"  # where Bazel places it in the package (//python:io's data)
 BUCKET = "wheel"
 
 
@@ -49,12 +54,15 @@ def contents(wheel) -> dict[str, str]:
 
 
 def _package_sources() -> dict[str, str]:
-    """{gcsckpt/...: sha256} of the shipped libraries' files in this test's runfiles."""
+    """{gcsckpt/...: sha256} of the shipped libraries' files in this test's runfiles (the built
+    extension apart: the wheel holds it under setuptools' name, EXTENSION_FILE)."""
     root = RUNFILES / "python"
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in (root / "gcsckpt").rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and str(p.relative_to(root)) != BUILT_EXTENSION
     }
 
 
@@ -71,21 +79,44 @@ def test_declares_the_gcsckpt_console_script(wheel):
     assert "gcsckpt = gcsckpt.cli:main" in entry_points
 
 
-def test_holds_exactly_the_package_sources_and_the_extension(contents):
+def test_holds_exactly_the_package_sources_and_the_extension(wheel, contents):
     sources = _package_sources()
     assert len(sources) > 30  # io, dcp and testing modules
     shipped = {k: v for k, v in contents.items() if k.startswith("gcsckpt/")}
+    shipped.pop(EXTENSION_FILE)  # the extension, inside the package
     assert sorted(set(sources) - set(shipped)) == []  # a missing file fails here
     assert sorted(set(shipped) - set(sources)) == []
     assert shipped == sources  # same bytes
-    assert not any(
-        k.startswith(("ckptbench/", "gcsckpt/models/", "gcsckpt/parallel/")) for k in contents
-    )
-    built = (RUNFILES / "cc/gcsio/_gcsio.so").read_bytes()
+    assert not any(k.startswith("ckptbench/") for k in contents)
+    built = (RUNFILES / "python" / BUILT_EXTENSION).read_bytes()
     assert contents[EXTENSION_FILE] == hashlib.sha256(built).hexdigest()
     others = set(contents) - set(shipped) - {EXTENSION_FILE}
     names = ("METADATA", "WHEEL", "RECORD", "top_level.txt", "entry_points.txt")
     assert others == {f"{DIST_INFO}/{n}" for n in names}
+    # One top-level package: nothing of the wheel sits beside `gcsckpt` in site-packages.
+    assert wc.read(wheel, f"{DIST_INFO}/top_level.txt").decode().split() == ["gcsckpt"]
+
+
+def test_version_is_the_package_version(wheel):
+    """One source: the wheel's name and METADATA carry `gcsckpt.__version__` (its __init__.py)."""
+    assert re.fullmatch(r"\d+\.\d+\.\d+", VERSION), VERSION
+    assert wc.metadata(wheel, DIST_INFO)["Version"] == VERSION
+    shipped_init = wc.read(wheel, "gcsckpt/__init__.py").decode()
+    assert f'__version__ = "{VERSION}"' in shipped_init.splitlines()
+
+
+def test_description_is_the_wheels_own(wheel):
+    """The long description is tools/wheel/description.md: no build or CI instructions, no links
+    into the repository."""
+    meta = wc.metadata(wheel, DIST_INFO)
+    body = meta.get_payload()
+    assert body.strip() == (RUNFILES / "tools/wheel/description.md").read_text().strip()
+    assert meta["Description-Content-Type"] == "text/markdown"
+    assert meta["Summary"].startswith("PyTorch distributed checkpoints (DCP) on Google Cloud")
+    for word in ("bazel", "tools/", "docs/", ".ci", "requirements.lock"):
+        assert word not in body.lower(), word
+    assert re.findall(r"\]\((?!https://)[^)]*\)", body) == []  # Markdown links: absolute only
+    assert "from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter" in body
 
 
 def test_record_lists_every_file_with_its_hash(wheel, contents):
@@ -109,20 +140,13 @@ def _module_imports(wheel, contents):
     }
 
 
-def _is_sibling(name: str, module: str, contents) -> bool:
-    """`module` is a file shipped next to `name`: the local endpoint's GCS server runs as a
-    script and imports the modules of its own folder by their bare names."""
-    folder = name.rsplit("/", 1)[0]
-    return "." not in module and f"{folder}/{module}.py" in contents
-
-
 def _shipped_module_names(contents) -> set[str]:
     names = set()
     for name in contents:
         if name.startswith("gcsckpt/") and name.endswith(".py"):
             parts = name[: -len(".py")].split("/")
             names.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    return names
+    return names | {EXTENSION}
 
 
 def test_every_gcsckpt_import_is_shipped(wheel, contents):
@@ -148,8 +172,6 @@ def _third_party(wheel, contents, *, testing: bool) -> set[str]:
         if name.startswith("gcsckpt/testing/") != testing:
             continue
         for module in modules:
-            if _is_sibling(name, module, contents):
-                continue
             if wc.classify(module, EXTENSION) != "third_party":
                 continue
             subs = sorted(m for m in maybe if m.startswith(module + "."))
@@ -223,6 +245,7 @@ def test_installed_wheel_saves_and_loads_fsdp2_on_two_ranks(wheel, gcs, tmp_path
     ]
     subprocess.run(install, check=True, env=env, capture_output=True)
     assert (site / EXTENSION_FILE).is_file()
+    assert sorted(p.name for p in site.glob("_gcsio*")) == []  # no top-level module
 
     job_dir = tmp_path / "job"
     job_dir.mkdir()
@@ -240,6 +263,7 @@ def test_installed_wheel_saves_and_loads_fsdp2_on_two_ranks(wheel, gcs, tmp_path
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["prefix"] == str(venv)
+    assert report["version"] == VERSION
     assert report["gcsckpt"] == str(site / "gcsckpt" / "__init__.py")
     assert report["gcsio"] == str(site / EXTENSION_FILE)
     runfiles = str(RUNFILES.resolve())

@@ -99,12 +99,12 @@ def imported_modules(source: str) -> tuple[set[str], set[str]]:
 
 
 def classify(module: str, extension: str) -> str:
-    """'gcsckpt', 'extension', 'stdlib' or 'third_party'."""
+    """'extension' (the dotted name `extension`), 'gcsckpt', 'stdlib' or 'third_party'."""
     top = module.split(".")[0]
+    if module == extension:
+        return "extension"
     if top == "gcsckpt":
         return "gcsckpt"
-    if top == extension:
-        return "extension"
     if top in sys.stdlib_module_names:
         return "stdlib"
     return "third_party"

@@ -1,8 +1,9 @@
 """Run by test_wheel.py with the installed wheel's interpreter, from a folder outside the repo.
 
-Saves a small FSDP2 model + AdamW state on 2 gloo ranks with GCSStorageWriter, loads it into a
-differently initialized copy with GCSStorageReader, and prints one JSON line: where gcsckpt and
-_gcsio were imported from, sys.path, and per rank the leaves compared and any mismatches.
+Saves a small FSDP2 model + AdamW state on 2 gloo ranks (torch.multiprocessing.spawn: nothing of
+the repository is imported) with GCSStorageWriter, loads it into a differently initialized copy
+with GCSStorageReader, and prints one JSON line: gcsckpt's version, where gcsckpt and
+gcsckpt._gcsio were imported from, sys.path, and per rank the leaves compared and any mismatches.
 
 Usage: python wheel_job.py --endpoint http://127.0.0.1:PORT --ckpt gs://bucket/prefix
 """
@@ -11,7 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import sys
+import tempfile
+from pathlib import Path
 
 
 def _model(seed: int):
@@ -90,30 +95,47 @@ def save_and_load(rank: int, ckpt: str, endpoint: str) -> dict:
     return {"rank": rank, "compared": compared, "mismatches": mismatches}
 
 
+def _rank(rank: int, world_size: int, init: str, ckpt: str, endpoint: str, out: str) -> None:
+    """One spawned rank: joins the gloo group, runs save_and_load, writes its result file."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world_size)
+    try:
+        result = save_and_load(rank, ckpt, endpoint)
+    finally:
+        dist.destroy_process_group()
+    Path(out, f"rank-{rank}.json").write_text(json.dumps(result))
+
+
+def run_ranks(world_size: int, ckpt: str, endpoint: str) -> list[dict]:
+    """save_and_load's results on `world_size` spawned gloo ranks, in rank order."""
+    import torch.multiprocessing as mp
+
+    os.environ.update(OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        init = f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+    with tempfile.TemporaryDirectory(prefix="wheel-job-") as out:
+        mp.spawn(_rank, args=(world_size, init, ckpt, endpoint, out), nprocs=world_size)
+        return [json.loads(Path(out, f"rank-{r}.json").read_text()) for r in range(world_size)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--ckpt", required=True)
     args = parser.parse_args()
 
-    import _gcsio
-
     import gcsckpt
-    from ckptbench.harness.local_ranks import run_ranks
+    from gcsckpt import _gcsio
 
-    ranks = run_ranks(
-        save_and_load,
-        2,
-        args.ckpt,
-        args.endpoint,
-        preload=("torch", "torch.distributed.checkpoint", "gcsckpt.dcp"),
-    )
     report = {
         "prefix": sys.prefix,
+        "version": gcsckpt.__version__,
         "gcsckpt": gcsckpt.__file__,
         "gcsio": _gcsio.__file__,
         "sys_path": sys.path,
-        "ranks": ranks,
+        "ranks": run_ranks(2, args.ckpt, args.endpoint),
     }
     print(json.dumps(report))
 

@@ -6,10 +6,10 @@ their deps) to build_wheel.py, which stages a package tree and runs setuptools' 
 
 load("@local_python//:wheel_tags.bzl", "PLATFORM_TAG", "PYTHON_TAG")
 
-# What the wheel ships: the library (io, dcp; with the root package) and the local endpoint
-# (testing), the files under python/gcsckpt/ only. The benchmark (`ckptbench`, outside that
-# root) and ckptbench.workloads.models and ckptbench.workloads.parallel are run through Bazel. Shared with
-# //tests/wheel, which checks the wheel holds exactly these sources.
+# What the wheel ships: python/gcsckpt/, all of it: the library (io, dcp, the command line; with
+# the root package) and the local endpoint (testing). The benchmark (`ckptbench`, outside that
+# root) runs through Bazel. Shared with //tests/wheel, which checks the wheel holds exactly
+# these sources.
 WHEEL_LIBS = [
     "//python:cli",
     "//python:dcp",
@@ -29,11 +29,12 @@ def _gcsckpt_wheel_impl(ctx):
     sources = depset(transitive = [lib[PyInfo].transitive_sources for lib in ctx.attr.libs])
     runfiles = depset(transitive = [lib[DefaultInfo].default_runfiles.files for lib in ctx.attr.libs])
 
-    # Package files: sources and data under the package root (the extension comes separately).
+    # Package files: sources and data under the package root (the extension, which the libs
+    # carry as data inside the package, comes separately: setuptools names its file).
     files = [
         f
         for f in depset(transitive = [sources, runfiles]).to_list()
-        if f.short_path.startswith(ctx.attr.package_root + "/")
+        if f.short_path.startswith(ctx.attr.package_root + "/") and f != ctx.file.extension
     ]
     args = ctx.actions.args()
     args.use_param_file("@%s", use_always = True)
@@ -79,14 +80,18 @@ gcsckpt_wheel = rule(
         "libs": attr.label_list(providers = [PyInfo], doc = "py_library targets to ship"),
         "package_root": attr.string(default = "python", doc = "folder that holds the package"),
         "extension": attr.label(allow_single_file = [".so"], mandatory = True),
-        "extension_module": attr.string(mandatory = True, doc = "its import name (_gcsio)"),
+        "extension_module": attr.string(mandatory = True, doc = "its import name (gcsckpt._gcsio)"),
         "requires": attr.string_dict(
             doc = "runtime dependency -> range policy: 'minor' (>=pin,<next minor) or 'major'; " +
                   "the pin is the tested version in `lock`",
         ),
         "extras": attr.string_dict(doc = "dependency -> extra name; same range as 'major'"),
         "lock": attr.label(allow_single_file = True, mandatory = True),
-        "readme": attr.label(allow_single_file = True, mandatory = True),
+        "readme": attr.label(
+            allow_single_file = True,
+            mandatory = True,
+            doc = "the wheel's long description (Markdown)",
+        ),
         "_builder": attr.label(
             default = "//tools/wheel:build_wheel",
             executable = True,

@@ -20,7 +20,7 @@ _LIBCURL_HELP = (
 
 def _import_gcsio():
     try:
-        from gcsckpt import _gcsio
+        import gcsckpt._gcsio as _gcsio
     except ModuleNotFoundError as e:
         if e.name != "gcsckpt._gcsio":
             raise
