@@ -5,9 +5,11 @@ of every state tensor, then a small all_reduce), a warm-up save before the loop,
 every `--every` steps, every checkpoint loaded back and compared with the state at its step.
 Prints per arm: training time lost per checkpoint ((loop wall - control wall) / checkpoints),
 time blocked in the save call (plus the wait for the previous save), CPU-seconds per GB saved
-above the control (the rank and its children), all verified. Run from the repository root:
+above the control (the rank and its children), all verified. Run from the repository root, with
+the extension in the package (tools/bazel build //python:gcsckpt/_gcsio.so, then copy
+bazel-bin/python/gcsckpt/_gcsio.so into python/gcsckpt/):
 
-    PYTHONPATH=python:bazel-bin/cc/gcsio:tests/dcp /opt/gcsckpt/venv/bin/python \
+    PYTHONPATH=python:tests/dcp /opt/gcsckpt/venv/bin/python \
         tests/dcp/stall_probe.py --arms control,localfs,sync:,thread:,thread+,process:,process+
 """
 

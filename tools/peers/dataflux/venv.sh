@@ -2,8 +2,8 @@
 # The venv of the benchmark's dataflux arm (gcs-torch-dataflux's DCP reader/writer), apart from
 # the project's venv: gcs-torch-dataflux 1.4.0 needs google-cloud-storage 2.x, the project pins 3.x.
 # Same base interpreter as the project's venv (Debian's 3.11), so the repository's python/ tree and
-# its _gcsio extension import in the arm's rank processes (ckptbench.harness.local_ranks starts them
-# on this venv's python).
+# its gcsckpt._gcsio extension import in the arm's rank processes (ckptbench.harness.local_ranks
+# starts them on this venv's python).
 #   tools/peers/dataflux/venv.sh            build it if missing or stale, print its python
 #   tools/peers/dataflux/venv.sh --relock   rewrite requirements.lock from requirements.txt
 # Environment: GCSCKPT_DATAFLUX_VENV (default /opt/gcsckpt/dataflux-venv), GCSCKPT_PYTHON (base
