@@ -5,9 +5,15 @@ import io
 import json
 
 import matplotlib.image
+import matplotlib.text
 import pytest
 
-from ckptbench.publish.plot import build_throughput_figure, write_throughput_plot
+from ckptbench.publish.plot import (
+    build_cpu_figure,
+    build_throughput_figure,
+    build_training_figure,
+    write_throughput_plot,
+)
 from ckptbench.publish.report import PLOT_NAME, publish_report
 from ckptbench.publish.row_files import read_results_json, write_results
 from ckptbench.publish.schema import RowValidationError, column_names
@@ -17,7 +23,10 @@ from ckptbench.publish.table import (
     summary_table,
     throughput_ratio,
 )
+from ckptbench.publish.train_table import LOST
 from ckptbench.record.metrics import (
+    CLIENT_CPU_PER_GB_COLUMN,
+    ENDPOINT_CPU_PER_GB_COLUMN,
     RATIO_COLUMN,
     THROUGHPUT_COLUMN,
     add_baseline_ratios,
@@ -95,8 +104,8 @@ def test_best_peer_ratio_in_rows_table_and_chart():
     )
     assert lines[2].endswith("| failed | 50.0x | 4.0x (dataflux) |")
     axes = build_throughput_figure(rows).axes[0]
-    texts = [t.get_text() for t in axes.texts]
-    assert "gcsckpt: 50.0x fsspec, 4.0x (dataflux) best peer" in texts
+    # The ratios live in the tables; the chart's panel carries only names and values.
+    assert not any("x fsspec" in t.get_text() for t in axes.texts)
 
 
 def test_summary_table_shows_each_reader_and_the_ratio():
@@ -142,24 +151,106 @@ def test_detail_table_rows_and_escaping():
     assert "failed: rank 1: bad \\| range second line" in detail[5]
 
 
+def _bars(axes) -> dict[str, float]:
+    """Tick label (arm) -> bar width of one chart panel."""
+    names = [t.get_text() for t in axes.get_yticklabels()]
+    return {
+        names[round(p.get_y() + p.get_height() / 2)]: round(p.get_width(), 3)
+        for container in axes.containers
+        if hasattr(container, "patches")
+        for p in container.patches
+    }
+
+
+def _overlaps(figure) -> list[tuple[str, str]]:
+    """Pairs of drawn texts whose boxes intersect (tick labels, titles, value labels)."""
+    renderer = figure.canvas.get_renderer()
+    texts = [t for ax in figure.axes for t in ax.findobj(matplotlib.text.Text) if t.get_text()]
+    texts += [t for t in figure.texts if t.get_text()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts if t.get_visible()]
+    return [
+        (a, b)
+        for i, (a, box_a) in enumerate(boxes)
+        for b, box_b in boxes[i + 1 :]
+        if box_a.overlaps(box_b) and box_a.width > 0 and box_b.width > 0
+    ]
+
+
 def test_plot_bars_match_throughputs(tmp_path):
     rows = two_reader_rows()
     figure = build_throughput_figure(rows)
-    axes = figure.axes[0]
-    bars = {
-        container.get_label(): [round(p.get_height(), 3) for p in container.patches]
-        for container in axes.containers
-        if hasattr(container, "patches")
-    }
-    assert bars == {"gcsckpt": [1000.0, 500.0], "fsspec": [20.0]}
-    assert axes.get_yscale() == "log"  # 50x spread
-    assert [t.get_text() for t in axes.get_xticklabels()] == [EP_CASE, FSDP_CASE]
-    assert any(text.get_text() == "failed" for text in axes.texts)
+    ep, fsdp = figure.axes
+    assert _bars(ep) == {"gcsckpt": 1000.0, "fsspec": 20.0}
+    assert _bars(fsdp) == {"gcsckpt": 500.0}
+    assert ep.get_xscale() == "log"  # 50x spread
+    assert fsdp.get_xscale() == "linear"
+    assert [ax.get_title(loc="left") for ax in figure.axes] == [EP_CASE, FSDP_CASE]
+    assert any(text.get_text() == "failed" for text in fsdp.texts)
+    values = [t.get_text() for t in ep.texts]
+    assert "1000.0" in values and "20.0" in values
+    figure.canvas.draw()
+    assert _overlaps(figure) == []
+    for ax in figure.axes:  # every label inside the figure, none cut
+        for t in ax.get_yticklabels():
+            assert t.get_window_extent().x0 >= 0
 
     path = write_throughput_plot(rows, tmp_path / "charts" / "throughput.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     height, width, _ = matplotlib.image.imread(path).shape
-    assert (width, height) == (600, 480)
+    assert width == 900 and height > 300
+
+
+def test_cpu_chart_stacks_client_and_endpoint_cpu():
+    rows = two_reader_rows()
+    for row, (client, endpoint) in zip(
+        rows, [(2.5, 0.2), (40.0, 3.0), (3.0, None), (None, None)], strict=True
+    ):
+        row[CLIENT_CPU_PER_GB_COLUMN] = client
+        row[ENDPOINT_CPU_PER_GB_COLUMN] = endpoint
+    figure = build_cpu_figure(rows)
+    ep, fsdp = figure.axes
+    client, grey = [c for c in ep.containers if hasattr(c, "patches")]
+    assert [round(p.get_width(), 3) for p in client.patches] == [2.5, 40.0]
+    assert [round(p.get_width(), 3) for p in grey.patches] == [0.2, 3.0]
+    assert [round(p.get_x(), 3) for p in grey.patches] == [2.5, 40.0]  # after the client bar
+    assert [t.get_text() for t in ep.texts] == ["2.50 + 0.20", "40.00 + 3.00"]
+    fsdp_client = next(c for c in fsdp.containers if hasattr(c, "patches"))
+    assert [round(p.get_width(), 3) for p in fsdp_client.patches] == [3.0]
+    figure.canvas.draw()
+    assert _overlaps(figure) == []
+    for row in rows:
+        row[CLIENT_CPU_PER_GB_COLUMN] = None
+    assert build_cpu_figure(rows) is None
+
+
+def test_training_chart_draws_lost_time_per_arm_and_the_floor():
+    def arm(name, lost, status="ok"):
+        return {
+            "benchmark_case_id": "train-small-ep-ws2",
+            "workload_implementation": name,
+            "checkpoint_strategy": "ep",
+            "world_size": 2,
+            "status": status,
+            "train_checkpoint_count": 2,
+            LOST: lost,
+        }
+
+    rows = [
+        arm("none", 0.0),
+        arm("localfs", 0.2),
+        arm("gcsckpt-sync", 0.3),
+        arm("msc-sync", None, "failed"),
+    ]
+    rows[0]["train_checkpoint_count"] = 0  # the control saves nothing
+    figure = build_training_figure(rows)
+    (axes,) = figure.axes
+    assert axes.get_title(loc="left") == "ep ws2"
+    assert _bars(axes) == {"localfs": 0.2, "gcsckpt-sync": 0.3}
+    assert [t.get_text() for t in axes.get_yticklabels()] == ["localfs", "gcsckpt-sync", "msc-sync"]
+    assert any(t.get_text() == "failed" for t in axes.texts)
+    (floor,) = axes.get_lines()
+    assert list(floor.get_xdata()) == [0.2, 0.2]
+    assert build_training_figure([]) is None
 
 
 def test_plot_of_nothing_is_an_error():
@@ -174,6 +265,7 @@ def test_publish_report_writes_everything(tmp_path):
     assert report.rows[0][RATIO_COLUMN] == pytest.approx(25.0)
     assert report.files.json_path.exists() and report.files.csv_path.exists()
     assert report.plot_path == tmp_path / PLOT_NAME and report.plot_path.stat().st_size > 0
+    assert report.charts == {PLOT_NAME: report.plot_path}  # no CPU measured, no training rows
     assert f"| {EP_CASE} | 1000.0 | 40.0 | 25.0x |" in out.getvalue()
     assert report.markdown == out.getvalue()
     assert report.bigquery_rows == 0
@@ -228,8 +320,7 @@ def test_report_has_the_save_section_and_the_summary_counts_no_reference_as_peer
     assert summary[2] == f"| {SAVE_CASE} | 500.0 | 250.0 | 1000.0 | n/a | 2.0x (msc) |"
     assert "## Saves" not in format_report(two_reader_rows())
     axes = build_throughput_figure(rows).axes[0]
-    labels = [t.get_text() for t in axes.texts]
-    assert "gcsckpt: n/a fsspec, 2.0x (msc) best peer, 0.50x localfs (reference)" in labels
+    assert [t.get_text() for t in axes.texts] == ["500.0", "250.0", "1000.0"]
 
 
 def test_results_files_carry_the_save_columns(tmp_path):

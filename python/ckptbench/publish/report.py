@@ -7,13 +7,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from ckptbench.publish.plot import write_throughput_plot
+from ckptbench.publish.plot import THROUGHPUT_PNG, write_charts
 from ckptbench.publish.row_files import ResultFiles, write_results
 from ckptbench.publish.schema import load_columns, validate_rows
 from ckptbench.publish.table import print_report
 from ckptbench.record.metrics import add_baseline_ratios, add_ceiling_columns
 
-PLOT_NAME = "throughput.png"
+PLOT_NAME = THROUGHPUT_PNG
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +23,8 @@ class PublishedReport:
     Attributes:
       rows: the rows as published (baseline ratios filled in).
       files: results.json / results.csv paths.
-      plot_path: the PNG chart.
+      plot_path: the throughput chart (PNG).
+      charts: every chart written, file name -> path (``plot.write_charts``).
       markdown: the tables printed.
       bigquery_rows: rows inserted into BigQuery (0 when no table was given).
     """
@@ -31,6 +32,7 @@ class PublishedReport:
     rows: list[dict[str, Any]]
     files: ResultFiles
     plot_path: Path
+    charts: dict[str, Path]
     markdown: str
     bigquery_rows: int
 
@@ -54,7 +56,8 @@ def publish_report(
     and the ceiling columns of the rows.
 
     ``extra_rows`` (e.g. the training phase's, tabulated by their own module) are validated,
-    written and inserted with the others but left out of these tables and the chart.
+    written and inserted with the others but left out of these tables; their lost times get a
+    chart of their own.
 
     Rows are validated before anything is written, so a bad row leaves no partial output.
 
@@ -74,8 +77,8 @@ def publish_report(
     markdown = print_report(
         ratio_rows, out=out, candidate=candidate, baseline=baseline, ceilings=ceilings
     )
-    plot_path = write_throughput_plot(
-        ratio_rows, Path(output_dir) / PLOT_NAME, candidate=candidate, baseline=baseline
+    charts = write_charts(
+        ratio_rows, output_dir, training_rows=extra_rows, candidate=candidate, baseline=baseline
     )
     inserted = 0
     if bigquery_table:
@@ -85,7 +88,8 @@ def publish_report(
     return PublishedReport(
         rows=ratio_rows,
         files=files,
-        plot_path=plot_path,
+        plot_path=charts[PLOT_NAME],
+        charts=charts,
         markdown=markdown,
         bigquery_rows=inserted,
     )
