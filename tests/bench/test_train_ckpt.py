@@ -2,8 +2,8 @@
 floor, gcsckpt sync / thread and gcsckpt thread with the node-local tier train 4 steps with a
 checkpoint every 2; every checkpoint (and the tier's copy of the last) is loaded back and
 matches the state at its step, the rows carry every schema column and the table every arm and
-the tier's on/off line; their objects and tmpfs folders are gone. A writer that reads the tensors after its
-call returned is caught by the same verification."""
+the tier's on/off line; their objects and tmpfs folders are gone. A writer that reads the
+tensors after its call returned is caught by the same verification."""
 
 from __future__ import annotations
 
