@@ -3,10 +3,11 @@ every K steps, one arm at a time, on the local GCS endpoint.
 
 ``tools/bazel run //bench:train_ckpt`` trains under ep and fsdp (2 ranks, the ``small`` scale,
 12 steps, a checkpoint every 4, 2 rounds; fsspec-sync 1) with every arm: none (the control),
-localfs (the floor), gcsckpt sync / thread / process, msc and dataflux sync / async, stock
-fsspec-sync. Every checkpoint is loaded back and compared with the state at its step. Prints
-the table (lost training time per checkpoint with ratios to the floor, the best peer and stock;
-blocked time, step inflation, time to durable, RSS, client CPU per GB) and writes
+localfs (the floor), gcsckpt sync / thread / process, gcsckpt+local-thread (thread with the
+node-local tier on), msc and dataflux sync / async, stock fsspec-sync. Every checkpoint is
+loaded back and compared with the state at its step. Prints the table (lost training time per
+checkpoint with ratios to the floor, the best peer and stock; blocked time, step inflation,
+time to durable, RSS, client CPU per GB; the lost time with the local tier on vs off) and writes
 results.json / .csv. Flags: --ranks, --steps, --every, --rounds, --stock_rounds, --layouts,
 --arms, --scale, --latency_ms / --stream_mbps (the modelled endpoint), --output_dir,
 --bigquery_table. Method: docs/design.md, "Benchmark method" (Saves in a training loop).

@@ -12,6 +12,9 @@ CANDIDATE = "gcsckpt"  # ours: every ratio is this arm's throughput over another
 # of verification, measured beside the candidate; a reference, never a peer. Not a default arm.
 UNVERIFIED = "gcsckpt-unverified"
 CANDIDATES = (CANDIDATE, UNVERIFIED)  # the arms that are gcsckpt's own reader / writer
+# Ours through GCSCheckpointer with its node-local tier on (local_dir): a training arm only, to
+# measure what the tier costs the loop beside the same mode without it.
+LOCAL_TIER = "gcsckpt+local"
 BASELINE = "fsspec"  # torch's stock FsspecReader / FsspecWriter over gcsfs
 LOCALFS = "localfs"  # torch's stock FileSystemWriter into node-local tmpfs (writers only)
 READERS = (CANDIDATE, BASELINE, "msc", "dataflux", UNVERIFIED)

@@ -3,12 +3,15 @@
     gcsckpt ls gs://bucket/run                  steps, bytes, objects, complete or not, age
     gcsckpt rm gs://bucket/run --keep-latest K  delete all but the K newest complete steps
     gcsckpt gc gs://bucket/run                  delete data objects no committed .metadata names
+    gcsckpt verify gs://bucket/run/step-N       every byte against its block checksums
 
 `rm` and `gc` are dry runs (they print what they would delete) unless `--yes`. Every command
 prints a table on stdout, or JSON with `--json`; long deletions show a progress bar on stderr
 (rich). Steps are those of `gcsckpt.dcp.steps` (the library's one definition of a complete step).
-Exit status: 0, or 1 with the error (naming the object) on stderr. `verify` is not here yet: it
-needs `gcsckpt.dcp.verify_checkpoint`.
+`verify` reads every byte of the step's data objects against the CRC-32Cs recorded at save time
+(`gcsckpt.dcp.verify.verify_checkpoint`, the range reader's own check); objects saved without
+checksums are listed as unverified. Exit status: 0, or 1 with the error (naming the object) on
+stderr, and for `verify` on any mismatch or missing, short or changed object.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from gcsckpt.dcp.steps import (
     retention_plan,
     unnamed_data_objects,
 )
+from gcsckpt.dcp.verify import VerifyResult, verify_checkpoint
 from gcsckpt.io.objects import ObjectStore
 
 
@@ -139,6 +143,80 @@ def cmd_gc(store: ObjectStore, args: argparse.Namespace) -> int:
     return 0
 
 
+class _VerifyBar:
+    """A rich progress bar of bytes verified on stderr (a tty only), made at the first report."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.enabled = not quiet and sys.stderr.isatty()
+        self.bar = self.task = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
+
+            self.bar = Progress(
+                "verifying",
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                console=Console(stderr=True),
+                transient=True,
+            )
+            self.task = self.bar.add_task("verify", total=total)
+            self.bar.start()
+        self.bar.update(self.task, completed=done)
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _print_verify(result: VerifyResult) -> None:
+    rows = [
+        (
+            o.path,
+            "-" if o.generation is None else o.generation,
+            "-" if o.size is None else o.size,
+            o.bytes_verified,
+            len(o.mismatches),
+            o.status,
+        )
+        for o in result.objects
+    ]
+    header = ("object", "generation", "bytes", "verified", "mismatches", "status")
+    print(_table(header, rows))
+    unverified = sum(1 for o in result.objects if not o.checksummed)
+    print(
+        f"{result.url}: {len(result.objects)} object(s), {result.bytes_verified} bytes verified,"
+        f" {result.bytes_unverified} bytes unverified ({unverified} object(s) saved without"
+        f" checksums), {len(result.mismatches)} mismatch(es): {'OK' if result.ok else 'FAILED'}"
+    )
+
+
+def cmd_verify(store: ObjectStore, args: argparse.Namespace) -> int:
+    bar = _VerifyBar(args.json)
+    try:
+        result = verify_checkpoint(
+            args.checkpoint,
+            endpoint=args.endpoint,
+            check_commit_order=not args.no_commit_order,
+            progress=bar,
+        )
+    finally:
+        bar.stop()
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+    else:
+        _print_verify(result)
+    for obj in result.objects:
+        for line in [*map(str, obj.mismatches), *obj.problems]:
+            print(f"gcsckpt verify: {line}", file=sys.stderr)
+    return 0 if result.ok else 1
+
+
 def parser() -> argparse.ArgumentParser:
     """The command line's argparse parser."""
     top = argparse.ArgumentParser(
@@ -175,6 +253,18 @@ def parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--yes", action="store_true", help="delete (default: only print)")
     gc.set_defaults(run=cmd_gc)
+    verify = sub.add_parser(
+        "verify",
+        parents=[common],
+        help="read every byte of a step against its block checksums (exit 1 on any mismatch)",
+    )
+    verify.add_argument("checkpoint", help="gs://bucket/run/step-N")
+    verify.add_argument(
+        "--no-commit-order",
+        action="store_true",
+        help="accept data objects newer than .metadata (a checkpoint copied object by object)",
+    )
+    verify.set_defaults(run=cmd_verify)
     return top
 
 

@@ -1,7 +1,8 @@
 """ckptbench.resume: which step folders count as complete, and the cold-restart rows on the tiny
-OLMoE (2 gloo ranks, local endpoint): both arms find the newest complete step past a newer
-interrupted save, load every tensor, and give the saved state's first step bit for bit (its
-loss, and every rank's parameters and AdamW state after it)."""
+OLMoE (2 gloo ranks, local endpoint): every arm (gcsckpt from GCS, gcsckpt-local from the
+node-local tier, stock) finds the newest complete step past a newer interrupted save, loads every
+tensor from its own source, and gives the saved state's first step bit for bit (its loss, and
+every rank's parameters and AdamW state after it)."""
 
 from __future__ import annotations
 
@@ -51,16 +52,26 @@ def test_both_arms_list_the_same_names():
             assert sorted(list_names(reader, BUCKET, "run", gcs.endpoint)) == expected, reader
 
 
-def test_cold_restart_rows():
+def test_cold_restart_rows(tmp_path):
+    tier = str(tmp_path / "tier")
     with LocalGCS() as gcs:
         gcs.create_bucket(BUCKET)
         base = f"gs://{BUCKET}/run"
-        firsts = prepare_checkpoint(SPEC, gcs.endpoint, base, step=4, interrupted=8)
+        firsts = prepare_checkpoint(SPEC, gcs.endpoint, base, step=4, interrupted=8, local_dir=tier)
         assert [f.loss_hex for f in firsts] == [firsts[0].loss_hex] * 2  # mean over ranks
         assert math.isfinite(float.fromhex(firsts[0].loss_hex))
         assert firsts[0].digest != firsts[1].digest  # each rank's own shards
-        rows = measure_cold_restart(gcs.endpoint, base, SPEC, rounds=1, expected=firsts)
-    assert [(r["reader"], r["round"]) for r in rows] == [("gcsckpt", 1), ("fsspec", 1)]
+        copies = sorted(p.name for p in (tmp_path / "tier" / BUCKET / "run").iterdir())
+        assert copies == ["rank-0-of-2", "rank-1-of-2"]
+        rows = measure_cold_restart(
+            gcs.endpoint, base, SPEC, rounds=1, expected=firsts, local_dir=tier
+        )
+    assert [(r["reader"], r["round"]) for r in rows] == [
+        ("gcsckpt", 1),
+        ("gcsckpt-local", 1),
+        ("fsspec", 1),
+    ]
+    assert [r["source"] for r in rows] == ["gcs", "local", "gcs"]
     for row in rows:
         assert row["step"] == 4  # the newest complete step, past the interrupted step-8
         assert row["loss_hex"] == firsts[0].loss_hex
@@ -71,7 +82,29 @@ def test_cold_restart_rows():
         assert row["total_s"] == pytest.approx(sum(row[p] for p in PHASES))
     table = format_table(rows)
     assert table.count("\n| gcsckpt | 1 |") == 1 and "| fsspec mean | 1 |" in table
+    assert table.count("\n| gcsckpt-local | 1 |") == 1 and "| gcsckpt-local mean | 1 |" in table
+    assert "| 4 | local | yes |" in table
     assert "resume to first step: gcsckpt" in table
+    assert "from the node-local tier: gcsckpt-local" in table and "faster than fsspec" in table
+
+
+def test_a_local_restart_that_reads_gcs_is_not_verified(tmp_path):
+    # The tier holds no copy (the checkpoint was saved without it): the manager loads from GCS,
+    # which gives the right state but is not the arm's measurement.
+    with LocalGCS() as gcs:
+        gcs.create_bucket(BUCKET)
+        base = f"gs://{BUCKET}/plain"
+        firsts = prepare_checkpoint(SPEC, gcs.endpoint, base, step=4, interrupted=None)
+        (row,) = measure_cold_restart(
+            gcs.endpoint,
+            base,
+            SPEC,
+            readers=("gcsckpt-local",),
+            expected=firsts,
+            local_dir=str(tmp_path),
+        )
+    assert row["step"] == 4 and row["loss_hex"] == firsts[0].loss_hex
+    assert row["source"] == "gcs" and not row["from_expected_source"] and not row["verified"]
 
 
 def test_rounds_and_readers_are_checked():
@@ -79,3 +112,5 @@ def test_rounds_and_readers_are_checked():
         measure_cold_restart(None, "gs://b/p", SPEC, rounds=0)
     with pytest.raises(ValueError, match="unknown"):
         measure_cold_restart(None, "gs://b/p", SPEC, readers=("msc",))
+    with pytest.raises(ValueError, match="gcsckpt-local arm needs local_dir"):
+        measure_cold_restart(None, "gs://b/p", SPEC, readers=("gcsckpt-local",))

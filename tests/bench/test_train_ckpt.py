@@ -1,8 +1,9 @@
 """The training benchmark's core on tiny OLMoE ep, 2 gloo ranks, local GCS: the control, the
-floor and gcsckpt sync / thread train 4 steps with a checkpoint every 2; every checkpoint is
-loaded back and matches the state at its step, the rows carry every schema column and the table
-every arm; their objects and tmpfs folders are gone. A writer that reads the tensors after its
-call returned is caught by the same verification."""
+floor, gcsckpt sync / thread and gcsckpt thread with the node-local tier train 4 steps with a
+checkpoint every 2; every checkpoint (and the tier's copy of the last) is loaded back and
+matches the state at its step, the rows carry every schema column and the table every arm and
+the tier's on/off line; their objects and tmpfs folders are gone. A writer that reads the
+tensors after its call returned is caught by the same verification."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from gcsckpt.testing import LocalGCS
 from tests.bench import train_ranks
 
 BUCKET = "train-ckpt"
-ARMS = ("localfs", "gcsckpt-sync", "gcsckpt-thread")
+ARMS = ("localfs", "gcsckpt-sync", "gcsckpt-thread", "gcsckpt+local-thread")
 SETTINGS = TrainSettings(
     layouts=("ep",), arms=ARMS, ranks=2, scale="tiny", steps=4, every=2, rounds=1
 )
@@ -64,8 +65,8 @@ def trained(gcs):
 def test_every_arm_trains_and_every_checkpoint_matches_its_step(trained):
     results, _, lines, _ = trained
     assert [r.job.arm for r in results] == ["none", *ARMS]
-    assert [r.error for r in results] == [None] * 4
-    assert len(lines) == 4
+    assert [r.error for r in results] == [None] * 5
+    assert len(lines) == 5
     for result in results:
         (figures,) = result.rounds
         expected = 0 if result.job.arm == "none" else 2
@@ -102,7 +103,12 @@ def test_rows_carry_every_column_and_the_table_every_arm(trained):
     table = train_markdown(rows)
     for arm in ("none", *ARMS):
         assert f"| ep ws2 | {arm} |" in table
-    assert table.count("| 2/2 |") == 3
+    assert table.count("| 2/2 |") == 4
+    on, off = (by_arm[a]["train_lost_seconds_per_checkpoint"] for a in ARMS[-1:-3:-1])
+    assert (
+        f"- ep ws2 local tier, thread: {on:.2f} s lost per checkpoint on (gcsckpt+local-thread),"
+        f" {off:.2f} s off (gcsckpt-thread), {on - off:+.2f} s"
+    ) in table
 
 
 def test_checkpoints_are_removed_once_verified(trained, gcs):

@@ -20,6 +20,7 @@ import struct
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from disk_faults import flip_on_disk
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import SerializationFormat
@@ -101,26 +102,8 @@ def _item_range(gcs, prefix: str, fqn: str) -> tuple[int, int]:
     return info.offset + 8 + header_len + begin, end - begin
 
 
-def _object_file(gcs, name: str) -> str:
-    """The file holding the live bytes of gs://BUCKET/name on LocalGCS's disk."""
-    base = os.path.basename(name)
-    found = [
-        os.path.join(root, f)
-        for root, _, files in os.walk(gcs.data_dir)
-        for f in files
-        if f == base and os.path.join(root, f).replace(os.sep, "/").endswith(name)
-    ]
-    assert found, f"no file for {name} under {gcs.data_dir}"
-    return found[0]
-
-
 def _flip_on_disk(gcs, name: str, offset: int) -> None:
-    """Inverts one byte in place: every hard link (the object's generation) sees it."""
-    with open(_object_file(gcs, name), "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    flip_on_disk(gcs, BUCKET, name, offset)
 
 
 def _assert_checksum_error(info, name: str) -> None:

@@ -14,6 +14,7 @@ import textwrap
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from disk_faults import flip_on_disk
 from torch.distributed.checkpoint import FileSystemReader
 
 from gcsckpt.dcp import (
@@ -203,17 +204,39 @@ def test_corrupted_local_copy_is_caught_and_gcs_used(gcs, tmp_path):
     assert torch.equal(state["w"], _state(3)["w"])
 
 
-def test_stock_torch_loads_a_step_the_manager_wrote(gcs, tmp_path):
-    root = f"gs://{BUCKET}/stock"
-    ckpt = GCSCheckpointer("thread", root=root, endpoint=gcs.endpoint)
+@pytest.mark.parametrize("mode", ["sync", "thread"])
+def test_stock_torch_loads_a_step_the_manager_wrote(gcs, tmp_path, mode):
+    # Step 6 is written from the plans and Metadata cached by step 5's save (GCSSavePlanner),
+    # with block checksums in `.metadata`, and step 5 is then deleted by retention.
+    root = f"gs://{BUCKET}/stock-{mode}"
+    ckpt = GCSCheckpointer(mode, root=root, keep_latest=1, endpoint=gcs.endpoint)
     ckpt.save(_state(5), step=5)
+    ckpt.save(_state(6), step=6)
     ckpt.close()
+    assert ckpt.steps() == [6]
     store = ObjectStore(gcs.endpoint)
-    for name in _names(gcs, "stock/step-5/"):
+    for name in _names(gcs, f"stock-{mode}/step-6/"):
         (tmp_path / name.rsplit("/", 1)[1]).write_bytes(store.download(BUCKET, name))
     state = _blank()
     dcp.load(state, storage_reader=FileSystemReader(str(tmp_path)), no_dist=True)
-    assert torch.equal(state["w"], _state(5)["w"]) and torch.equal(state["b"], _state(5)["b"])
+    assert torch.equal(state["w"], _state(6)["w"]) and torch.equal(state["b"], _state(6)["b"])
+
+
+def test_a_byte_changed_under_the_same_generation_makes_load_fall_back(gcs):
+    # Size, generation and commit order all look right: only the block checksums tell.
+    root = f"gs://{BUCKET}/flipped"
+    ckpt = GCSCheckpointer("sync", root=root, endpoint=gcs.endpoint)
+    ckpt.save(_state(1), step=1)
+    ckpt.save(_state(2), step=2)
+    data = [n for n in _names(gcs, "flipped/step-2/") if n.endswith(".distcp")][0]
+    before = _listing(gcs, "flipped/")
+    flip_on_disk(gcs, BUCKET, data, ObjectStore(gcs.endpoint).size(BUCKET, data) - 1)
+    assert _listing(gcs, "flipped/") == before and ckpt.steps() == [2, 1]
+    state = _blank()
+    assert ckpt.load(state) == 1 and torch.equal(state["w"], _state(1)["w"])
+    [(skipped, why)] = ckpt.last_load["skipped"]
+    assert skipped == 2 and f"gs://{BUCKET}/{data} bytes=" in why and "CRC-32C mismatch" in why
+    ckpt.close()
 
 
 _SETUP = """

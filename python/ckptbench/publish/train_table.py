@@ -1,8 +1,9 @@
 """The training benchmark's table: per layout, every arm's cost in the training loop, with the
 training time lost per checkpoint as ratios to the floor (localfs), to the best peer (the
 lowest of the msc / dataflux modes) and to stock (fsspec-sync), and client CPU per GB beside
-the floor's. Reads the rows only (``ckptbench.train.rows``), so any results.json can be
-tabulated again.
+the floor's; and, where both ran, the node-local tier's cost (``gcsckpt+local-<mode>`` against
+``gcsckpt-<mode>``, lost time per checkpoint on vs off). Reads the rows only
+(``ckptbench.train.rows``), so any results.json can be tabulated again.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from ckptbench.roles import BASELINE, LOCALFS, PEERS
+from ckptbench.roles import BASELINE, CANDIDATE, LOCAL_TIER, LOCALFS, PEERS
 
 STOCK_ARM = f"{BASELINE}-sync"
 LOST = "train_lost_seconds_per_checkpoint"
@@ -54,6 +55,31 @@ def ratios(rows: Sequence[Mapping[str, Any]], row: Mapping[str, Any]) -> dict[st
     }
 
 
+def local_tier_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Per case and mode where both ran ok: the training time lost per checkpoint with the
+    node-local tier on (``gcsckpt+local-<mode>``) and off (``gcsckpt-<mode>``), seconds."""
+    ok = {
+        (r["benchmark_case_id"], r["workload_implementation"]): r
+        for r in rows
+        if r["status"] == "ok" and r.get(LOST) is not None
+    }
+    lines = []
+    for (case, arm), on in ok.items():
+        if not arm.startswith(f"{LOCAL_TIER}-"):
+            continue
+        mode = arm[len(LOCAL_TIER) + 1 :]
+        off = ok.get((case, f"{CANDIDATE}-{mode}"))
+        if off is None:
+            continue
+        layout = f"{on['checkpoint_strategy']} ws{on['world_size']}"
+        lines.append(
+            f"{layout} local tier, {mode}: {on[LOST]:.2f} s lost per checkpoint on"
+            f" ({arm}), {off[LOST]:.2f} s off ({CANDIDATE}-{mode}),"
+            f" {on[LOST] - off[LOST]:+.2f} s"
+        )
+    return lines
+
+
 def train_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     """The Markdown table of the training rows (every arm, failed ones with their error)."""
     lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
@@ -83,6 +109,7 @@ def train_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
             f"| {_text(got['cpu_floor'], 1, 'x')} |"
         )
     text = "\n".join(lines)
+    notes = local_tier_lines(rows) + notes
     if notes:
         text += "\n\n" + "\n".join(f"- {note}" for note in notes)
     return text

@@ -8,6 +8,12 @@ builds the model on its shards as a training job does (``normal_`` init, a fresh
 phase lasts until its slowest rank is done. The step's mean loss (float.hex) and a digest of the
 rank's whole state after it (parameters, AdamW moments, steps, param groups) are those of the
 saved state: every arm and round must give the same ones.
+
+The ``gcsckpt-local`` arm restarts as a job using the manager does: ``GCSCheckpointer(root=,
+local_dir=).load(state)``, which lists the run (rank 0), checks every rank's node-local copy
+(manifest sizes and CRC-32Cs, the GCS commit it copies) and loads it from the node when all
+ranks have a whole one, else from GCS. Its find phase is the checkpointer's set-up; the listing
+is inside its load phase. Its rows record where the load came from (``source``).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from ckptbench.workloads.parallel.mesh import build_mesh
 from gcsckpt.dcp.steps import committed_steps
 
 BATCH, SEQUENCE = 2, 32  # tokens per rank of the first step
+LOCAL_ARM = "gcsckpt-local"  # GCSCheckpointer(local_dir=...).load: the node-local tier
 # transformers' causal LM returns a view; one step does no in-place op on it.
 warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
 
@@ -56,7 +63,10 @@ class RankRestart:
       step: the step loaded (None: no complete checkpoint, nothing loaded).
       first: the first step's loss and this rank's state digest after it.
       committed_bytes / expected_bytes: tensor bytes the planner committed, and the rank's state
-        holds (equal when every tensor was loaded).
+        holds (equal when every tensor was loaded); committed_bytes is None for the local-tier
+        arm (GCSCheckpointer.load takes no planner: the state digest checks every tensor).
+      source: where the checkpoint came from: "gcs", or "local" / "gcs" as
+        GCSCheckpointer.last_load says for the local-tier arm.
     """
 
     entered: float
@@ -66,8 +76,9 @@ class RankRestart:
     stepped: float
     step: int | None
     first: FirstStep
-    committed_bytes: int
+    committed_bytes: int | None
     expected_bytes: int
+    source: str = "gcs"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,18 +127,30 @@ def state_digest(state: RankState) -> str:
     return hashlib.sha256(json.dumps(sums, sort_keys=True).encode()).hexdigest()
 
 
-def save_rank(rank: int, model: str, url: str, endpoint: str | None) -> FirstStep:
+def save_rank(
+    rank: int, model: str, url: str, endpoint: str | None, local_dir: str | None = None
+) -> FirstStep:
     """Saves the state seeded with SAVE_SEED (``build_rank_state``: parameters and AdamW state)
     to `url` (GCSStorageWriter, overwrite on), then runs the first step on it: what a restart
-    from `url` must give."""
+    from `url` must give. With `local_dir`, the save goes through ``GCSCheckpointer("sync",
+    root=<url's run>, local_dir=local_dir).save(state, step=N)``: the same objects in GCS, and
+    each rank's copy in the node-local tier."""
     del rank
-    from gcsckpt.dcp import GCSStorageWriter
+    from gcsckpt.dcp import GCSCheckpointer, GCSStorageWriter
 
     dims = _dims(dist.get_world_size())
     mesh = build_mesh(dims, "cpu")
     state = build_rank_state(model, dims, mesh, seed=SAVE_SEED, device="cpu")
-    writer = GCSStorageWriter(url, endpoint=endpoint, overwrite=True)
-    dcp.save(state.state_dict, storage_writer=writer)
+    if local_dir is None:
+        writer = GCSStorageWriter(url, endpoint=endpoint, overwrite=True)
+        dcp.save(state.state_dict, storage_writer=writer)
+    else:
+        root = url.rstrip("/").rsplit("/step-", 1)[0]
+        ckpt = GCSCheckpointer(
+            "sync", root=root, local_dir=local_dir, endpoint=endpoint, overwrite=True
+        )
+        ckpt.save(state.state_dict, step=_step_of(url))
+        ckpt.close()
     loss_hex = train_step(state, _step_of(url) + 1)
     return FirstStep(loss_hex, state_digest(state))
 
@@ -141,9 +164,17 @@ def _now() -> float:
     return time.time()
 
 
-def restart_rank(rank: int, reader: str, model: str, base_url: str, endpoint: str | None):
-    """One rank of a cold restart with arm `reader` (``gcsckpt`` or ``fsspec``) from the newest
-    complete ``step-N`` under `base_url`. Returns a RankRestart.
+def restart_rank(
+    rank: int,
+    reader: str,
+    model: str,
+    base_url: str,
+    endpoint: str | None,
+    local_dir: str | None = None,
+):
+    """One rank of a cold restart with arm `reader` (``gcsckpt``, ``fsspec``, or
+    ``gcsckpt-local`` with the node-local tier in `local_dir`) from the newest complete
+    ``step-N`` under `base_url`. Returns a RankRestart.
 
     Raises:
       what the listing or ``dcp.load`` raises (e.g. CheckpointException).
@@ -152,6 +183,8 @@ def restart_rank(rank: int, reader: str, model: str, base_url: str, endpoint: st
     entered = _now()
     state = fresh_state(model)
     built = _now()
+    if reader == LOCAL_ARM:
+        return _restart_with_manager(state, entered, built, base_url, endpoint, local_dir)
     bucket, prefix = split_url(base_url)
     box = [None]
     if dist.get_rank() == 0:  # one listing per job, as a launcher's rank 0 would do it
@@ -164,13 +197,7 @@ def restart_rank(rank: int, reader: str, model: str, base_url: str, endpoint: st
         folder = f"{prefix}/step-{step}" if prefix else f"step-{step}"
         storage_reader = arms.make_reader(reader, bucket, folder, endpoint)
         dcp.load(state.state_dict, storage_reader=storage_reader, planner=planner)
-        set_state_dict(
-            state.model,
-            state.optimizer,
-            model_state_dict=state.state_dict["model"],
-            optim_state_dict=state.state_dict["optim"],
-            options=StateDictOptions(flatten_optimizer_state_dict=True),  # as app_state_dict
-        )
+        _apply(state)
     loaded = _now()
     loss_hex = train_step(state, (step or 0) + 1)
     stepped = _now()
@@ -184,4 +211,52 @@ def restart_rank(rank: int, reader: str, model: str, base_url: str, endpoint: st
         first=FirstStep(loss_hex, state_digest(state)),
         committed_bytes=planner.committed_tensor_bytes,
         expected_bytes=expected_bytes(state.state_dict),
+    )
+
+
+def _apply(state: RankState) -> None:
+    """Puts the loaded state dict into the model and optimizer, as a training job resumes."""
+    set_state_dict(
+        state.model,
+        state.optimizer,
+        model_state_dict=state.state_dict["model"],
+        optim_state_dict=state.state_dict["optim"],
+        options=StateDictOptions(flatten_optimizer_state_dict=True),  # as app_state_dict
+    )
+
+
+def _restart_with_manager(
+    state: RankState,
+    entered: float,
+    built: float,
+    base_url: str,
+    endpoint: str | None,
+    local_dir: str | None,
+) -> RankRestart:
+    """The local-tier arm's find, load and first step (see the module doc)."""
+    from gcsckpt.dcp import GCSCheckpointer
+
+    if local_dir is None:
+        raise ValueError(f"the {LOCAL_ARM} arm needs local_dir")
+    ckpt = GCSCheckpointer("sync", root=base_url, local_dir=local_dir, endpoint=endpoint)
+    found = _now()
+    step = ckpt.load(state.state_dict)
+    source = ckpt.last_load.get("source") or "none"
+    ckpt.close()
+    if step is not None:
+        _apply(state)
+    loaded = _now()
+    loss_hex = train_step(state, (step or 0) + 1)
+    stepped = _now()
+    return RankRestart(
+        entered=entered,
+        built=built,
+        found=found,
+        loaded=loaded,
+        stepped=stepped,
+        step=step,
+        first=FirstStep(loss_hex, state_digest(state)),
+        committed_bytes=None,
+        expected_bytes=expected_bytes(state.state_dict),
+        source=source,
     )

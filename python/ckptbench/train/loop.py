@@ -9,7 +9,9 @@ the time to durable are the rank's own ``time.perf_counter``; CPU and RSS come f
 the rank's process tree (``record.resources``). Afterwards every checkpoint is loaded back with
 torch's stock FileSystemReader (a GCS save from a byte-exact copy of its objects) and compared
 with the checksums taken at its step: the loop changes parameters and moments in place, so a
-writer that reads a tensor after its call returned fails here. Then the round's objects go.
+writer that reads a tensor after its call returned fails here. The local-tier arm's node copy of
+its last checkpoint is checked the same way (the tier's manifest, then torch's
+FileSystemReader). Then the round's objects and folders go.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 
 from ckptbench.record.resources import ResourceSampler
-from ckptbench.roles import LOCALFS
+from ckptbench.roles import LOCAL_TIER, LOCALFS
 from ckptbench.train import saving
 from ckptbench.train.jobs import (
     TRAIN_SEED,
@@ -52,14 +54,25 @@ from ckptbench.worker.save_job import VERIFY_READER, _copy_to_disk, _empty
 from ckptbench.worker.save_probe import release_free_memory
 from ckptbench.workloads.models.state import app_state_dict, expected_bytes, local_checksums
 from ckptbench.workloads.parallel.mesh import build_mesh
+from gcsckpt.dcp.local_tier import LocalTier
+from gcsckpt.dcp.steps import parse_root
 from gcsckpt.io import ObjectStore
 
 SAMPLE_INTERVAL_S = 0.05  # the rank tree's CPU and RSS every 50 ms
 
 
 def checkpoint_prefix(job: TrainJob, step: int) -> str:
-    """Object prefix (GCS arms) or folder name (localfs) of the checkpoint of ``step``."""
+    """Object prefix (GCS arms) or folder name (localfs) of the checkpoint of ``step``; the
+    local-tier arm's are GCSCheckpointer's own ``<prefix>/step-N``."""
+    if saving.arm_parts(job.arm)[0] == LOCAL_TIER:
+        return f"{job.prefix}/step-{step}"
     return f"{job.prefix}/step-{step:05d}"
+
+
+def _tier_folder(job: TrainJob, scratch: str) -> str:
+    """The local-tier arm's ``local_dir``: below ``job.local_root`` (tmpfs) or the scratch dir."""
+    root = job.local_root or scratch
+    return os.path.join(root, f"gcsckpt-train-{os.path.basename(scratch)}-tier")
 
 
 def _local_folder(job: TrainJob, scratch: str, step: int) -> str:
@@ -137,6 +150,8 @@ def _loop(job: TrainJob, trainer: Any, config: dict, scratch: str, start: Callab
             resumed = time.perf_counter()
             prefix = checkpoint_prefix(job, step)
             folder = _local_folder(job, scratch, step) if writer == LOCALFS else None
+            if writer == LOCAL_TIER:
+                folder = _tier_folder(job, scratch)
             url = f"gs://{job.bucket}/{prefix}"
             future = start(job.arm, state, url, folder, job.endpoint, group, profile)
             call_s = (paused_at - called) + (time.perf_counter() - resumed)
@@ -205,10 +220,44 @@ def _verify(job: TrainJob, target: dict, sums: tuple, scratch: str) -> tuple[Ver
                 if store is not None and rank == 0:
                     _empty(store, job.bucket, prefix)
             dist.barrier()
+        if writer == LOCAL_TIER and out:
+            out[-1] = _verify_tier(job, target, sums[-1], scratch, out[-1])
+            dist.barrier()
+            if copier:
+                shutil.rmtree(_tier_folder(job, scratch), ignore_errors=True)
     finally:
         if store is not None:
             store.close()
     return tuple(out)
+
+
+def _verify_tier(job: TrainJob, target: dict, saved: dict, scratch: str, gcs: Verified) -> Verified:
+    """The last checkpoint's Verified with this rank's copy in the node-local tier checked too:
+    the tier holds that step, its manifest's sizes and CRC-32Cs hold, and torch's
+    FileSystemReader loads it equal to ``saved`` (the state's checksums at that step)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    root = parse_root(f"gs://{job.bucket}/{job.prefix}")
+    tier = LocalTier(_tier_folder(job, scratch), root, rank, world)
+    problem = ""
+    if tier.newest() != gcs.step:
+        problem = f"the local tier holds step {tier.newest()}, not step {gcs.step}"
+    else:
+        problem = tier.verify(gcs.step, None)
+    if problem:
+        return dataclasses.replace(
+            gcs, missing_count=gcs.missing_count + 1, mismatched=(*gcs.mismatched, problem)
+        )
+    planner = counting_planner_for(VERIFY_READER)
+    dcp.load(target, storage_reader=FileSystemReader(tier.folder(gcs.step)), planner=planner)
+    differ, missing = compare_checksums(saved, local_checksums(target))
+    return Verified(
+        gcs.step,
+        gcs.mismatch_count + len(differ),
+        gcs.missing_count + len(missing),
+        min(gcs.committed_bytes, planner.committed_tensor_bytes),
+        gcs.expected_bytes,
+        tuple([*gcs.mismatched, *(f"local tier: {k}" for k in differ)][:LISTED_KEYS]),
+    )
 
 
 def _remove(job: TrainJob, scratch: str) -> None:
@@ -216,6 +265,8 @@ def _remove(job: TrainJob, scratch: str) -> None:
     if dist.get_rank() != 0:
         return
     writer, _ = saving.arm_parts(job.arm)
+    if writer == LOCAL_TIER:
+        shutil.rmtree(_tier_folder(job, scratch), ignore_errors=True)
     for step in job.checkpoint_steps:
         if writer == LOCALFS:
             shutil.rmtree(_local_folder(job, scratch, step), ignore_errors=True)

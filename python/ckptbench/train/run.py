@@ -19,7 +19,7 @@ from typing import Any
 from ckptbench.publish.row_files import write_results
 from ckptbench.publish.train_table import print_train_table
 from ckptbench.record.case_result import RunContext
-from ckptbench.roles import BASELINE, LOCALFS
+from ckptbench.roles import BASELINE, LOCAL_TIER, LOCALFS
 from ckptbench.train.jobs import RankTrain, TrainJob, VerifyTrainJob
 from ckptbench.train.loop import train_rank_main
 from ckptbench.train.model import LAYOUTS, model_config
@@ -149,7 +149,8 @@ def run_training(
     """
     tag = uuid.uuid4().hex[:8]
     estimate = _state_bytes_estimate(settings.scale) * len(range(0, settings.steps, settings.every))
-    local_root = worker_arms.local_save_root(estimate) if LOCALFS in settings.arms else None
+    node_local = any(arm_parts(a)[0] in (LOCALFS, LOCAL_TIER) for a in settings.arms)
+    local_root = worker_arms.local_save_root(estimate) if node_local else None
     gathered: dict[tuple[str, str], list[list[Any]]] = {}
     jobs: dict[tuple[str, str], TrainJob] = {}
     errors: dict[tuple[str, str], str] = {}
@@ -170,7 +171,7 @@ def run_training(
                     bucket,
                     endpoint,
                     f"{base}/round{index + 1}",
-                    local_root=local_root if arm == LOCALFS else None,
+                    local_root=local_root if arm_parts(arm)[0] in (LOCALFS, LOCAL_TIER) else None,
                     round_index=index,
                 )
                 jobs.setdefault(key, job)

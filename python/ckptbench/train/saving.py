@@ -6,7 +6,9 @@ An arm is ``<writer>-<mode>``: the writer as the save benchmark builds it
 (``dcp.async_save(async_checkpointer_type=PROCESS)``). ``none`` is the control (no checkpoint)
 and ``localfs`` the floor (torch's FileSystemWriter into tmpfs, sync). gcsckpt's saves go
 through the product's ``GCSCheckpointer`` in one place, :func:`gcsckpt_save`; the peers' through
-torch's calls as their docs show.
+torch's calls as their docs show. ``gcsckpt+local-thread`` is gcsckpt-thread with the node-local
+tier on (``GCSCheckpointer(root=, local_dir=)``, ``save(step=N)``): its checkpoints are the
+manager's ``<prefix>/step-N`` and each rank's newest copy stays in the tier's folder.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 
 import torch.distributed.checkpoint as dcp
 
-from ckptbench.roles import BASELINE, CANDIDATE, LOCALFS, PEERS
+from ckptbench.roles import BASELINE, CANDIDATE, LOCAL_TIER, LOCALFS, PEERS
 from ckptbench.worker import arms
 
 CONTROL = "none"
@@ -27,6 +29,7 @@ ARMS = (
     f"{CANDIDATE}-sync",
     f"{CANDIDATE}-thread",
     f"{CANDIDATE}-process",
+    f"{LOCAL_TIER}-thread",
     *(f"{peer}-{mode}" for peer in PEERS for mode in ("sync", "async")),
     f"{BASELINE}-sync",
 )
@@ -53,26 +56,51 @@ def arm_parts(arm: str) -> tuple[str | None, str | None]:
 _CHECKPOINTERS: dict[tuple, Any] = {}  # (mode, endpoint, group) -> the rank's GCSCheckpointer
 
 
-def gcsckpt_save(state: dict[str, Any], url: str, endpoint: str | None, mode: str, group: Any):
+def gcsckpt_save(
+    state: dict[str, Any],
+    url: str,
+    endpoint: str | None,
+    mode: str,
+    group: Any,
+    local_dir: str | None = None,
+):
     """gcsckpt's checkpoint of ``state`` at ``url`` in ``mode`` (the one place its saver is
     built): through ``gcsckpt.dcp.GCSCheckpointer(mode)``, the product's recommended set-up
     (staging buffers, plans and clients reused across saves, async work at background
-    priority), one per (mode, endpoint, process group) kept for the rank's later saves;
-    writers with ``overwrite=True``. :func:`close_savers` ends them.
+    priority), one per (mode, endpoint, process group, local_dir) kept for the rank's later
+    saves; writers with ``overwrite=True``. With ``local_dir`` (the node-local tier on), ``url``
+    must be ``<root>/step-N``: the checkpointer gets ``root=`` and ``local_dir=`` and saves with
+    ``save(state, step=N)``. :func:`close_savers` ends them.
 
     Returns:
       None for ``sync`` (saved when it returns), else the save's Future.
 
     Raises:
-      ValueError: an unknown mode; what the save raises.
+      ValueError: an unknown mode, a ``local_dir`` save to a url that is not ``<root>/step-N``;
+        what the save raises.
     """
     from gcsckpt.dcp import GCSCheckpointer
 
-    key = (mode, endpoint, id(group))
+    root = step = None
+    if local_dir is not None:
+        root, _, number = url.rstrip("/").rpartition("/step-")
+        if not root or not number.isdigit():
+            raise ValueError(f"a local-tier save needs <root>/step-N, got {url!r}")
+        step = int(number)
+    key = (mode, endpoint, id(group), local_dir, root)
     checkpointer = _CHECKPOINTERS.get(key)
     if checkpointer is None:
-        checkpointer = GCSCheckpointer(mode, process_group=group, endpoint=endpoint, overwrite=True)
+        checkpointer = GCSCheckpointer(
+            mode,
+            root=root,
+            local_dir=local_dir,
+            process_group=group,
+            endpoint=endpoint,
+            overwrite=True,
+        )
         _CHECKPOINTERS[key] = checkpointer
+    if step is not None:
+        return checkpointer.save(state, step=step)
     return checkpointer.save(state, url)
 
 
@@ -92,6 +120,14 @@ def writer_mode_settings(arm: str, emulator: bool, local_root: str | None) -> di
     call = {"sync": "dcp.save", "process": "dcp.async_save(PROCESS)"}.get(mode, "dcp.async_save")
     if writer == CANDIDATE:
         call = f"GCSCheckpointer({mode!r})"
+    if writer == LOCAL_TIER:
+        folder = f"{local_root} (tmpfs)" if local_root == arms.LOCAL_TMPFS else "job scratch dir"
+        settings = {
+            "class": "gcsckpt.dcp.GCSCheckpointer",
+            "options": {"local_dir": f"a folder below {folder}"},
+            "role": "gcsckpt with the node-local tier on: its cost beside gcsckpt-thread",
+        }
+        return {**settings, "mode": mode, "call": f"GCSCheckpointer({mode!r}, local_dir=...)"}
     settings = arms.writer_settings(writer, emulator, local_root)
     return {**settings, "mode": mode, "call": call}
 
@@ -106,7 +142,8 @@ def start_save(
     msc: Any = None,
 ) -> Future | None:
     """Starts one checkpoint of ``state`` with ``arm``: at ``url`` (``gs://bucket/prefix``), or
-    in the local ``folder`` for localfs; on process group ``group``.
+    in the local ``folder`` for localfs (for the local-tier arm: ``url`` is ``<root>/step-N``
+    and ``folder`` the tier's ``local_dir``); on process group ``group``.
 
     Returns:
       None when the save is complete on return (sync), else its Future.
@@ -121,6 +158,8 @@ def start_save(
         os.environ["MASTER_ADDR"] = "127.0.0.1"  # the checkpoint process's store (rank 0 picks)
     if writer_name == CANDIDATE:
         return gcsckpt_save(state, url, endpoint, mode, group)
+    if writer_name == LOCAL_TIER:
+        return gcsckpt_save(state, url, endpoint, mode, group, local_dir=folder)
     bucket, _, prefix = url.removeprefix("gs://").partition("/")
     writer = arms.make_writer(writer_name, bucket, prefix, endpoint, msc, folder)
     if mode == "sync":
