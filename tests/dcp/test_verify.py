@@ -17,10 +17,10 @@ from disk_faults import flip_on_disk
 from torch.distributed.checkpoint import FileSystemWriter
 
 from gcsckpt.dcp import GCSStorageWriter
-from gcsckpt.io import ObjectStore
 from gcsckpt.dcp.checksums import records_of
 from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.dcp.verify import verify_checkpoint
+from gcsckpt.io import ObjectStore
 
 BUCKET = "verify"
 
