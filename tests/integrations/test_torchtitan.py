@@ -1,8 +1,9 @@
 """torchtitan's own CheckpointManager machinery with gcsckpt underneath (GCSCheckpointManager),
 on 2 gloo CPU ranks against LocalGCS: selected from torchtitan's config (its ConfigManager and
-CLI), a save every step with keep_latest_k=2 honoured in the bucket (old steps' objects gone),
-and a restart that resumes exactly (model, optimizer, LR schedulers, the step), or loads an
-older step asked for, or refuses a deleted one."""
+CLI); in each async_mode (GCSCheckpointer "sync", "thread", "process"), a save every step with
+keep_latest_k=2 honoured in the bucket (old steps' objects gone), and a restart that resumes
+exactly (model, optimizer, LR schedulers, the step), or loads an older step asked for, or
+refuses a deleted one."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ def _assert_state(got: dict, want: dict) -> None:
     assert got["step"] == want["step"]
 
 
-@pytest.mark.parametrize("async_mode", ["disabled", "async"])
+@pytest.mark.parametrize("async_mode", ["disabled", "async", "async_with_pinned_mem"])
 def test_saves_prunes_and_resumes_exactly(gcs, async_mode):
     prefix = f"run-{async_mode}"
     folder = f"gs://{BUCKET}/{prefix}"

@@ -56,6 +56,15 @@ MODES = {
 _STEP = re.compile(r"/step-(\d+)$")
 
 
+class _StagerInGCSCheckpointer:
+    """Stands in for the DefaultStager torchtitan's `_save` would make for
+    "async_with_pinned_mem": GCSCheckpointer stages with its own (kept for the run), so
+    torchtitan's is never used; only `close` is called on it."""
+
+    def close(self) -> None:
+        pass
+
+
 def _done_future() -> Future:
     future: Future = Future()
     future.set_result(None)
@@ -103,6 +112,7 @@ class GCSCheckpointManager(CheckpointManager):
         if not gcs:
             return
         self.keep_latest_k = config.keep_latest_k
+        self.stager = _StagerInGCSCheckpointer()
         self.checkpointer = GCSCheckpointer(
             MODES[self.async_mode],
             root=self.folder,
