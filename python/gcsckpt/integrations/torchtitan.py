@@ -206,7 +206,8 @@ class GCSCheckpointManager(CheckpointManager):
     def _load(self, step: int = -1) -> bool:
         """Loads `step` (-1: the newest complete step, falling back to older complete ones when
         it fails) from a gs:// folder; returns False on a fresh start. With no complete step
-        and an `initial_load_path` or HF assets to start from, torchtitan's own `_load` runs.
+        and an `initial_load_path` or HF assets to start from, torchtitan's own `_load` runs
+        (it asks fsspec whether the folder exists, so that case needs gcsfs).
 
         Raises:
             NoCheckpointError: `step` is not a complete step. CheckpointLoadError: no complete
@@ -214,6 +215,7 @@ class GCSCheckpointManager(CheckpointManager):
         """
         if self.checkpointer is None:
             return super()._load(step)
+        self.checkpointer.wait()  # a save in flight uses the group the listing is broadcast on
         newest = self._agreed_load_step() if step == -1 else step
         if newest == -1:
             if self.initial_load_path or self.initial_load_in_hf:
