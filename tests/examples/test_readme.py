@@ -48,7 +48,7 @@ def _run(code: str, endpoint: str) -> subprocess.CompletedProcess:
 
 
 def test_the_readme_has_its_snippets():
-    assert len(SNIPPETS) == 5
+    assert len(SNIPPETS) == 6
     assert any("GCSCheckpointer(" in s and "ckpt.load(state)" in s for s in SNIPPETS)
 
 

@@ -166,10 +166,23 @@ def test_every_gcsckpt_import_is_shipped(wheel, contents):
     assert missing == []
 
 
-def _third_party(wheel, contents, *, testing: bool) -> set[str]:
+# Shipped files whose third-party imports belong to an extra (archive path prefix -> extra);
+# every other file's are the core requirements.
+EXTRA_FILES = {
+    "gcsckpt/testing/": "testing",
+    "gcsckpt/integrations/torchtitan": "torchtitan",
+}
+
+
+def _extra_of(name: str) -> str | None:
+    return next((e for prefix, e in EXTRA_FILES.items() if name.startswith(prefix)), None)
+
+
+def _third_party(wheel, contents, *, extra: str | None) -> set[str]:
+    """Distributions imported by the shipped files of `extra` (None: the core files)."""
     dists = set()
     for name, (modules, maybe) in _module_imports(wheel, contents).items():
-        if name.startswith("gcsckpt/testing/") != testing:
+        if _extra_of(name) != extra:
             continue
         for module in modules:
             if wc.classify(module, EXTENSION) != "third_party":
@@ -182,12 +195,14 @@ def _third_party(wheel, contents, *, testing: bool) -> set[str]:
 
 def test_requirements_match_imports_and_tested_pins(wheel, contents):
     reqs = wc.requirements(wc.metadata(wheel, DIST_INFO))
-    assert set(reqs) == {None, "testing"}
-    core = _third_party(wheel, contents, testing=False)
-    testing = _third_party(wheel, contents, testing=True)
+    assert set(reqs) == {None, "testing", "torchtitan"}
+    core = _third_party(wheel, contents, extra=None)
     assert set(reqs[None]) == core
-    assert set(reqs["testing"]) == testing - core
+    for extra in ("testing", "torchtitan"):
+        assert set(reqs[extra]) == _third_party(wheel, contents, extra=extra) - core, extra
     assert {"torch", "google-auth"} <= core
+    assert set(reqs["torchtitan"]) == {"torchtitan"}
+    assert str(reqs["torchtitan"]["torchtitan"].specifier) == "<0.4,>=0.3.0"  # below next minor
     pins = {}
     for line in (RUNFILES / "requirements.lock").read_text().splitlines():
         if "==" in line and not line.startswith("#"):

@@ -131,8 +131,9 @@ def pyproject(args: argparse.Namespace, packages: list[str], data: dict[str, lis
     pins = read_pins(Path(args.lock))
     requires = [version_range(d, p, pins) for d, p in _pairs(args.requires, "requires")]
     extras: dict[str, list[str]] = {}
-    for dist, extra in _pairs(args.extra, "extra"):
-        extras.setdefault(extra, []).append(version_range(dist, "major", pins))
+    for dist, spec in _pairs(args.extra, "extra"):
+        extra, _, policy = spec.partition(":")
+        extras.setdefault(extra, []).append(version_range(dist, policy or "major", pins))
     major, minor = sys.version_info[:2]
     lines = [
         "[build-system]",
@@ -231,7 +232,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--lock", required=True, help="requirements.lock (tested pins)")
     parser.add_argument("--readme", required=True, help="long description (Markdown)")
     parser.add_argument("--requires", action="append", default=[], help="DIST:minor|major")
-    parser.add_argument("--extra", action="append", default=[], help="DIST:EXTRA")
+    parser.add_argument(
+        "--extra", action="append", default=[], help="DIST:EXTRA[:minor|major] (default major)"
+    )
     parser.add_argument("--script", action="append", default=[], help="NAME:MODULE:FUNCTION")
     parser.add_argument("--file", action="append", default=[], help="a package file")
     build(parser.parse_args(argv))

@@ -7,12 +7,13 @@ their deps) to build_wheel.py, which stages a package tree and runs setuptools' 
 load("@local_python//:wheel_tags.bzl", "PLATFORM_TAG", "PYTHON_TAG")
 
 # What the wheel ships: python/gcsckpt/, all of it: the library (io, dcp, the command line; with
-# the root package) and the local endpoint (testing). The benchmark (`ckptbench`, outside that
-# root) runs through Bazel. Shared with //tests/wheel, which checks the wheel holds exactly
-# these sources.
+# the root package), the framework integrations (their frameworks behind extras) and the local
+# endpoint (testing). The benchmark (`ckptbench`, outside that root) runs through Bazel. Shared
+# with //tests/wheel, which checks the wheel holds exactly these sources.
 WHEEL_LIBS = [
     "//python:cli",
     "//python:dcp",
+    "//python:integrations",
     "//python:io",
     "//python:testing",
 ]
@@ -85,7 +86,10 @@ gcsckpt_wheel = rule(
             doc = "runtime dependency -> range policy: 'minor' (>=pin,<next minor) or 'major'; " +
                   "the pin is the tested version in `lock`",
         ),
-        "extras": attr.string_dict(doc = "dependency -> extra name; same range as 'major'"),
+        "extras": attr.string_dict(
+            doc = "dependency -> extra name, or 'extra:minor' / 'extra:major' for its range " +
+                  "policy (default 'major')",
+        ),
         "lock": attr.label(allow_single_file = True, mandatory = True),
         "readme": attr.label(
             allow_single_file = True,

@@ -236,7 +236,7 @@ class GCSCheckpointer:
             else AsyncCheckpointerType.THREAD
         )
         try:
-            self._future = dcp.async_save(
+            upload = dcp.async_save(
                 state_dict,
                 storage_writer=writer,
                 planner=self.planner,
@@ -246,7 +246,10 @@ class GCSCheckpointer:
             )
         except (CheckpointException, Exception) as exc:
             raise self._save_failed(url, exc) from first_cause(exc)[1]
-        self._future.add_done_callback(lambda f: self._done(f, url))
+        # The caller's Future settles after `_done`: whoever waits on it (wait, close) finds
+        # the retention run of this commit already queued.
+        self._future = Future()
+        upload.add_done_callback(lambda f, mine=self._future: self._done(f, url, mine))
         if self._tier is not None and step is not None and self._stager.staged is not None:
             staged = self._stager.staged
             self._local_future = self._pool().submit(
@@ -254,11 +257,18 @@ class GCSCheckpointer:
             )
         return self._future
 
-    def _done(self, future: Future, url: str) -> None:  # the upload thread
-        if future.exception() is None:
-            self._committed(url)
-        else:
-            self._release(url)
+    def _done(self, future: Future, url: str, mine: Future) -> None:  # the upload thread
+        exc = future.exception()
+        try:
+            if exc is None:
+                self._committed(url)
+            else:
+                self._release(url)
+        finally:
+            if exc is None:
+                mine.set_result(future.result())
+            else:
+                mine.set_exception(exc)
 
     def _save_failed(self, url: str, exc: BaseException) -> CheckpointSaveError:
         """Forgets the save of `url` that failed to start or run, and says so."""
