@@ -1,7 +1,7 @@
 """bazel run //bench:archive_serializer -- [--small=1600] [--large=8] [--rounds=5] [--dcp_save]
 
 The TORCH_SAVE serializer, one process, one thread: each item's archive written by
-`torch.save(tensor, stream)` (torch's `_write_item`) vs `gcsckpt.dcp.archive_writer` (the same
+`torch.save(tensor, stream)` (torch's `_write_item`) vs `gcsckpt.dcp.save.archive_writer` (the same
 bytes, no torch.save call), into the save path's own `SegmentedStream` (storage bytes of 32 KiB
 or more referenced, the rest copied), over an ep-like mix: `--small` tensors of a few shapes and
 dtypes (64 B - 256 KiB) plus `--large` tensors of `--large_mib` MiB. Rounds interleaved (the
@@ -21,8 +21,9 @@ import torch
 import torch.distributed.checkpoint as dcp
 from absl import app, flags
 
-from gcsckpt.dcp import GCSStorageWriter, archive_writer
-from gcsckpt.dcp.segments import HeldTensors, SegmentedStream, StagingBudget
+from gcsckpt.dcp import GCSStorageWriter
+from gcsckpt.dcp.save import archive_writer
+from gcsckpt.dcp.save.segments import HeldTensors, SegmentedStream, StagingBudget
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("small", 1600, "Small tensor items.")

@@ -1,4 +1,4 @@
-"""TORCH_SAVE archives written without torch.save (`gcsckpt.dcp.archive_writer`): equal to
+"""TORCH_SAVE archives written without torch.save (`gcsckpt.dcp.save.archive_writer`): equal to
 `torch.save`'s byte for byte (serialization id included: torch derives it from the record names
 and CRC-32s) across dtypes, shapes, strides, views of larger storages, storage offsets, 0-d and
 zero-size tensors, requires_grad and conj/neg bits; read by torch.load and by our fast loader;
@@ -21,14 +21,10 @@ from torch.distributed.checkpoint.filesystem import (
 )
 from torch.distributed.checkpoint.metadata import Metadata
 
-from gcsckpt.dcp import archive_writer
-from gcsckpt.dcp.archive_writer import (
-    ArchiveWriter,
-    current_writer,
-    storage_bytes,
-    write_objects,
-)
 from gcsckpt.dcp.load.archives import varying_spans
+from gcsckpt.dcp.save import archive_writer
+from gcsckpt.dcp.save.archive_writer import ArchiveWriter, current_writer, storage_bytes
+from gcsckpt.dcp.save.serialize import write_objects
 from gcsckpt.dcp.torch_save_view import tensor_from_torch_save
 
 _FLOAT8 = [

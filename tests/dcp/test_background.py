@@ -1,4 +1,4 @@
-"""Background priority of an async save's threads (gcsckpt.dcp.background) and its option."""
+"""Background priority of an async save's threads (gcsckpt.dcp.save.background) and its option."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from gcsckpt.dcp import GCSStorageWriter
-from gcsckpt.dcp.background import lower_thread_priority
+from gcsckpt.dcp.save.background import lower_thread_priority
 
 
 def _in_thread(fn):

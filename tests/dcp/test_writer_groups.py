@@ -1,4 +1,5 @@
-"""GCSStorageWriter: its upload defaults, and its split of a rank's items into data objects."""
+"""GCSStorageWriter: its upload defaults, and the split of a rank's items into data objects
+(`gcsckpt.dcp.save.split`)."""
 
 from __future__ import annotations
 
@@ -43,11 +44,10 @@ def _shard_item(fqn: str, shard_rows: int, global_rows: int, cols: int = 1024):
 def test_objects_are_sized_by_the_ranks_own_shard_bytes():
     """A rank holding 1/8 of each tensor (fsdp) writes its shard bytes, not the whole tensors':
     32 items of 1 MiB shards (8 MiB tensors) at 4 MiB per object make 8 objects, not 64."""
-    from gcsckpt.dcp.upload_pipeline import estimate_bytes
+    from gcsckpt.dcp.save.split import estimate_bytes, split_items
 
     items = [_shard_item(f"w{i}", 256, 2048) for i in range(32)]
     assert estimate_bytes(items) == 32 * 256 * 1024 * 4
-    writer = GCSStorageWriter("gs://bkt/p", object_bytes=4 << 20, thread_count=1)
-    groups = writer._groups(items)
+    groups = split_items(items, single_file_per_rank=True, thread_count=1, object_bytes=4 << 20)
     assert len(groups) == 8
     assert sorted(len(g) for g in groups) == [4] * 8

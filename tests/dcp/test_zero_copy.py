@@ -22,8 +22,9 @@ from torch.distributed.checkpoint import DefaultSavePlanner
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import SerializationFormat
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter, archive_writer
-from gcsckpt.dcp.segments import (
+from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.dcp.save import archive_writer
+from gcsckpt.dcp.save.segments import (
     REFERENCE_MIN_BYTES,
     HeldTensors,
     SegmentedStream,
@@ -370,7 +371,7 @@ def _bits(t: torch.Tensor) -> bytes:
 
 
 def test_every_dtype_and_view_equals_torchs_writer_and_loads_everywhere(gcs, tmp_path):
-    # Our archives (gcsckpt.dcp.archive_writer) against torch.save's: the whole object equals
+    # Our archives (gcsckpt.dcp.save.archive_writer) against torch.save's: the whole object equals
     # torch's FileSystemWriter's file, loads with its FileSystemReader and with ours, bit exact.
     assert archive_writer.current_writer() is not None  # the save below writes our archives
     state = _every_dtype_state()

@@ -29,8 +29,8 @@ from gcsckpt.dcp.metadata_codec import UnsafeMetadataError
 from gcsckpt.dcp.missing import CheckpointNotFoundError
 from gcsckpt.dcp.planner import GCSLoadPlanner
 from gcsckpt.dcp.reader import GCSStorageReader
-from gcsckpt.dcp.save_planner import GCSSavePlanner
-from gcsckpt.dcp.upload_pipeline import SaveStats
+from gcsckpt.dcp.save.plan_cache import GCSSavePlanner
+from gcsckpt.dcp.save.upload_pipeline import SaveStats
 from gcsckpt.dcp.writer import GCSStorageWriter
 
 __all__ = [

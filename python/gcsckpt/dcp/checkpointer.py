@@ -43,7 +43,7 @@ from gcsckpt.dcp.checkpoint_errors import (
 from gcsckpt.dcp.local_tier import LocalTier, default_local_dir
 from gcsckpt.dcp.main_guard import check_main_guard
 from gcsckpt.dcp.reader import GCSStorageReader
-from gcsckpt.dcp.save_planner import GCSSavePlanner
+from gcsckpt.dcp.save.plan_cache import GCSSavePlanner
 from gcsckpt.dcp.steps import (
     StepInfo,
     delete_step,
@@ -56,7 +56,7 @@ from gcsckpt.dcp.writer import GCSStorageWriter
 from gcsckpt.io.objects import ObjectStore
 
 MODES = ("sync", "thread", "process")
-BACKGROUND_NICE = 10  # the nice value of an async save's threads (see gcsckpt.dcp.background)
+BACKGROUND_NICE = 10  # the nice value of an async save's threads (see gcsckpt.dcp.save.background)
 # Writer options the run's listing (ObjectStore) and loads (GCSStorageReader) share.
 _SHARED_OPTIONS = ("endpoint", "token_provider", "retry")
 

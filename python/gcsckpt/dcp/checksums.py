@@ -16,12 +16,13 @@ docs/measurements.md, "Block checksums".
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.storage import WriteResult
 
 from gcsckpt.io import BlockSums
 
@@ -55,13 +56,36 @@ def block_starts(boundaries: Iterable[int], size: int, block_bytes: int) -> np.n
     return np.concatenate(parts)
 
 
-@dataclass
+@dataclasses.dataclass
 class ChecksummedInfo(_StorageInfo):
     """torch's `_StorageInfo` of an object's first item, carrying the object's checksum record
     from `write_data` to the coordinator's `finish`, which keeps the record and commits a plain
     `_StorageInfo` (see `strip`)."""
 
     object_checksums: tuple | None = None
+
+
+def with_records(
+    results: list[WriteResult], records: Mapping[str, ObjectRecord]
+) -> list[WriteResult]:
+    """`results` (one rank's WriteResults) with each object's record (relative path -> record)
+    on the storage info of the object's first item (a `ChecksummedInfo`), to reach the
+    coordinator's `finish`; the others unchanged."""
+    out, pending = [], dict(records)
+    for result in results:
+        info = result.storage_data
+        record = pending.pop(info.relative_path, None)
+        if record is not None:
+            info = ChecksummedInfo(
+                info.relative_path,
+                info.offset,
+                info.length,
+                info.transform_descriptors,
+                object_checksums=record,
+            )
+            result = dataclasses.replace(result, storage_data=info)
+        out.append(result)
+    return out
 
 
 def strip(info: _StorageInfo) -> tuple[_StorageInfo, ObjectRecord | None]:

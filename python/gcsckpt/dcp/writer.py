@@ -1,19 +1,32 @@
 """GCSStorageWriter: a DCP StorageWriter that saves to `gs://bucket/prefix`.
 
-It is torch's FileSystemWriter (`_FileSystemWriter`: torch's split of items into objects, its
-serializer, its `_StorageInfo` records) with GCS objects for files, so stock readers load what
-it writes in the default TORCH_SAVE format (SAFETENSORS saves load with GCSStorageReader; torch's
-own FileSystemReader refuses those blobs). Ours: the data objects go through
-`gcsckpt.dcp.upload_pipeline` (tensor storage sent in place, many uploads in flight through the
-C++ `gcsckpt.io.Uploader`), the first failure fails the save, and the commit (`gcsckpt.dcp.commit`).
+It writes torch 2.13's FileSystemWriter layout (per-rank `.distcp` objects of torch's
+serialization, `_StorageInfo` records, a pickled `.metadata`), so stock readers load what it
+writes in the default TORCH_SAVE format (SAFETENSORS saves load with GCSStorageReader; torch's
+own FileSystemReader refuses those blobs). This module holds the DCP calls only; the save itself
+is `gcsckpt.dcp.save`, one module per step:
 
-A save never touches another save's bytes: its objects are named `__{rank}_{save}_{i}.distcp`
-(`save`: 16 hex digits of the save_id). Only the save that commits `.metadata` is the
-checkpoint: `finish()` uploads it last, through `ObjectStore.upload` with a precondition
-(create-if-absent when overwrite=False: of two racing saves one wins, the other raises
-`CheckpointExistsError`; at the generation read when overwriting). A refused or failed save
-deletes its objects (best effort), unless its `.metadata` may have landed; objects of ranks
-that finished while another rank failed stay behind, unreferenced.
+    reset                  a new save_id (the save's object names), optionally a new checkpoint
+    set_up_storage_writer  rank, coordination; an async save's thread at background priority
+    prepare_local_plan     overwrite=False: an existing `.metadata` refuses the save
+    prepare_global_plan    rank i's objects are `__{i}_{save}_{n}.distcp` (save.split)
+    write_data             items -> objects (save.split) -> serializer thread + C++ uploader
+                           (save.upload_pipeline); the first failure deletes what it wrote
+    finish                 Metadata with the checksum records -> `.metadata` committed last,
+                           create-if-absent or replaced at its generation (save.commit)
+
+Why `StorageWriter` and not torch's `_FileSystemWriter`: every DCP call differs (object names
+per save, a commit with a precondition instead of a rename, one serializer thread feeding the
+C++ uploader instead of `thread_count` file threads, checksum records in `.metadata`), so
+inheriting it would leave its `fs` (a local filesystem) and its file loop as code nothing runs.
+What is torch's stays torch's through its helpers: the item split (`_split_by_size_and_type`),
+the per-object loop (`_write_files_from_queue`), the stream transforms
+(`_StorageWriterTransforms`) and the `_StorageInfo` records.
+
+A save never touches another save's bytes: only the save that commits `.metadata` is the
+checkpoint. A refused or failed save deletes its objects (best effort), unless its `.metadata`
+may have landed; objects of ranks that finished while another rank failed stay behind,
+unreferenced.
 """
 
 from __future__ import annotations
@@ -24,41 +37,36 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-import torch
 from torch.distributed.checkpoint._extension import StreamTransformExtension
 from torch.distributed.checkpoint.filesystem import (
-    CURRENT_DCP_VERSION,
-    DEFAULT_SUFFIX,
     SerializationFormat,
-    _FileSystemWriter,
     _StoragePrefix,
+    _StorageWriterTransforms,
 )
-from torch.distributed.checkpoint.metadata import Metadata
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
-from torch.distributed.checkpoint.storage import WriteResult
+from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
 from gcsckpt.dcp import checksums, engines
-from gcsckpt.dcp.background import lower_thread_priority
-from gcsckpt.dcp.commit import CheckpointExistsError, SaveObjects
 from gcsckpt.dcp.metadata_codec import dump_metadata
-from gcsckpt.dcp.object_files import GCSObjectFiles
-from gcsckpt.dcp.object_split import cached_groups, split_items
-from gcsckpt.dcp.paths import (
-    METADATA_NAME,
-    CheckpointLocation,
-    GCSCheckpointId,
-    parse_checkpoint_id,
-)
-from gcsckpt.dcp.upload_pipeline import SaveStats, UploadPipeline
+from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
+from gcsckpt.dcp.save.background import lower_thread_priority
+from gcsckpt.dcp.save.commit import CheckpointExistsError, SaveObjects, complete_metadata
+from gcsckpt.dcp.save.split import cached_split, metadata_name, object_names, object_prefix
+from gcsckpt.dcp.save.upload_pipeline import SaveStats, UploadPipeline
 from gcsckpt.io import defaults
 from gcsckpt.io.endpoint import resolve_endpoint
 from gcsckpt.io.objects import ObjectStore, store_options
 from gcsckpt.io.retry import RetryPolicy
 from gcsckpt.io.uploader import Uploader, UploadResult, check_chunk_bytes
 
+# Bytes torch's accelerator loader copies to the CPU ahead of the serializer (its
+# FileSystemWriter's `per_thread_copy_ahead` default); CPU tensors are not copied ahead.
+_COPY_AHEAD_BYTES = 10_000_000
 
-class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
+
+class GCSStorageWriter(GCSCheckpointId, StorageWriter):
     """Saves a DCP checkpoint to `gs://bucket/prefix` in torch's FileSystemWriter layout.
 
     Args:
@@ -162,17 +170,16 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
                 "_extensions (stream transforms) need SerializationFormat.TORCH_SAVE; torch "
                 "writes the SAFETENSORS blob without them"
             )
-        # torch's constructor opens a local path; "" stands in until `fs` is ours.
-        _FileSystemWriter.__init__(
-            self,
-            path="",
-            single_file_per_rank=single_file_per_rank,
-            sync_files=False,  # an object is durable once its upload completes
-            thread_count=thread_count,
-            overwrite=overwrite,
-            _extensions=_extensions,
-            serialization_format=serialization_format,
-        )
+        super().__init__()
+        self.single_file_per_rank = single_file_per_rank
+        self.thread_count = thread_count
+        self.overwrite = overwrite
+        self.serialization_format = serialization_format
+        self.transforms = _StorageWriterTransforms(_extensions)
+        self.per_thread_copy_ahead = _COPY_AHEAD_BYTES
+        self.save_id = str(uuid.uuid4())
+        self.rank: int | None = None
+        self.use_collectives = True
         self.endpoint = endpoint
         self.token_provider = token_provider
         self.chunk_bytes = chunk_bytes
@@ -190,9 +197,7 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         self.uploads: list[UploadResult] = []  # this rank's data objects of the last save
         self.save_stats = SaveStats()  # and what they were made of
         self._unpickled = False  # True in a process the writer was pickled into
-        self.fs = GCSObjectFiles(self._object_store)
         self.location: CheckpointLocation | None = None
-        self.path = ""
         if checkpoint_id is not None:
             self._set_location(checkpoint_id)
         self.is_coordinator = False
@@ -201,15 +206,17 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
     def reset(self, checkpoint_id: str | os.PathLike | None = None) -> None:
         """Starts a new save (new save_id), optionally to another checkpoint id (ValueError if
         bad)."""
-        super().reset(None)
+        self.save_id = str(uuid.uuid4())
         # Clients are taken again (from `engines`, by the endpoint resolved now) for each save.
         self._store = self._uploader = None
         if checkpoint_id is not None:
             self._set_location(checkpoint_id)
 
     def set_up_storage_writer(self, is_coordinator: bool, *args: Any, **kwargs: Any) -> None:
-        """Records the rank and whether ranks coordinate (`use_collectives`)."""
-        super().set_up_storage_writer(is_coordinator, *args, **kwargs)
+        """Records the rank (`rank=`) and whether ranks coordinate (`use_collectives=`, default
+        True); with background_nice, lowers the calling thread's priority (see __init__)."""
+        self.rank = kwargs.get("rank")
+        self.use_collectives = kwargs.get("use_collectives", True)
         self.is_coordinator = is_coordinator
         if self.background_nice is not None:
             lower_thread_priority(self.background_nice, main_thread_too=self._unpickled)
@@ -219,78 +226,74 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
         by every rank when ranks write their own metadata)."""
         checks = self.is_coordinator or not self.use_collectives
         if checks and not self.overwrite:
-            name = self._metadata_name(rank_zero=True)
+            # Ranks that each commit their own metadata: rank 0's stands for the checkpoint.
+            rank = None if self.rank is None else 0
+            name = metadata_name(rank, use_collectives=self.use_collectives)
             if self._object_store().exists(self._loc().bucket, self._loc().object_name(name)):
                 raise CheckpointExistsError(
                     f"Checkpoint already exists and overwrite=False: {self._loc().url(name)}"
                 )
         if not self.use_collectives and self.rank is not None:
-            prefix = _StoragePrefix(f"__{self.rank}_{self._save_tag()}_")
+            prefix = _StoragePrefix(object_prefix(self.rank, self.save_id))
             plan = dataclasses.replace(plan, storage_data=prefix)
         return plan
 
     def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
-        """Gives rank i the object prefix `__{i}_{save}_` (see the module docstring)."""
-        tag = self._save_tag()
+        """Gives rank i the object prefix `__{i}_{save}_` (`gcsckpt.dcp.save.split`)."""
         return [
             plan
             if plan.storage_data is not None
-            else dataclasses.replace(plan, storage_data=_StoragePrefix(f"__{i}_{tag}_"))
+            else dataclasses.replace(
+                plan, storage_data=_StoragePrefix(object_prefix(i, self.save_id))
+            )
             for i, plan in enumerate(plans)
         ]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
-        """Serializes and uploads this rank's items (torch's serialization; see
-        `gcsckpt.dcp.upload_pipeline`): objects of about `object_bytes` each, at least
-        `thread_count` of them (a group without items makes no object), many in flight through
-        the C++ uploader. On failure, deletes the objects it wrote (best effort) and says so in
-        a note on the error.
+        """Serializes and uploads this rank's items (`gcsckpt.dcp.save.upload_pipeline`):
+        objects of about `object_bytes` each, at least `thread_count` of them (a group without
+        items makes no object), many in flight through the C++ uploader. On failure, deletes
+        the objects it wrote (best effort) and says so in a note on the error.
 
         Returns:
-            a completed Future of one WriteResult per item (storage_data = _StorageInfo),
-            once every upload finished (none reads tensor memory any more).
+            a completed Future of one WriteResult per item (storage_data = `_StorageInfo`; an
+            object's first item carries its checksum record to `finish`), once every upload
+            finished (none reads tensor memory any more).
         """
-        self._loc()
+        loc = self._loc()
         # This save's own prefix: with plan caching (DefaultSavePlanner(enable_plan_caching=
         # True)) torch hands back the first save's finished plan, storage_data included.
         # (With use_collectives=False torch replaces the cached local plan by an empty delta,
         # so the prefix set in prepare_local_plan is lost too: always name them here.)
         prefix = plan.storage_data.prefix
         if self.rank is not None:
-            prefix = f"__{self.rank}_{self._save_tag()}_"
-        objects = []
-        for i, group in enumerate(cached_groups(self, plan.items)):
-            objects.append((f"{prefix}{i}{DEFAULT_SUFFIX}", group))
+            prefix = object_prefix(self.rank, self.save_id)
+        groups = cached_split(
+            plan.items,
+            single_file_per_rank=self.single_file_per_rank,
+            thread_count=self.thread_count,
+            object_bytes=self.object_bytes,
+        )
+        objects = object_names(prefix, groups)
         try:
-            return self._write_data(planner, objects)
+            pipeline = UploadPipeline(
+                self._data_uploader(),
+                loc.bucket,
+                loc.object_name,
+                self.staging_bytes,
+                planner,
+                self.transforms,
+                self.serialization_format,
+                self.per_thread_copy_ahead,
+                self.checksum_block_bytes,
+            )
+            self.save_stats = pipeline.stats
+            written, self.uploads = pipeline.run(objects)
         except BaseException as exc:
             exc.add_note(self._objects().discard([name for name, _ in objects]))
             raise
-
-    def _groups(self, items: list) -> list[list]:
-        """The rank's items as objects (`gcsckpt.dcp.object_split.split_items`)."""
-        return split_items(self, items)
-
-    def _write_data(self, planner: SavePlanner, objects: list) -> Future:
-        if self.serialization_format == SerializationFormat.SAFETENSORS:
-            planner = _ContiguousTensors(planner)
-        loc = self._loc()
-        pipeline = UploadPipeline(
-            self._data_uploader(),
-            loc.bucket,
-            loc.object_name,
-            self.staging_bytes,
-            planner,
-            self.transforms,
-            self.serialization_format,
-            self.per_thread_copy_ahead,
-            self.checksum_block_bytes,
-        )
-        self.save_stats = pipeline.stats
-        written, self.uploads = pipeline.run(objects)
-        written = _with_checksums(written, pipeline.checksums)
         future: Future[list[WriteResult]] = Future()
-        future.set_result(written)
+        future.set_result(checksums.with_records(written, pipeline.checksums))
         return future
 
     def finish(self, metadata: Metadata, results: list[list[WriteResult]]) -> None:
@@ -301,32 +304,22 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
             CheckpointExistsError: overwrite=False and another save committed first (this
                 save's objects are deleted, best effort). ObjectStoreError: the upload failed.
         """
-        metadata.version = CURRENT_DCP_VERSION
-        storage_data, records = {}, {}
-        for rs in results:
-            for r in rs:
-                info, record = checksums.strip(r.storage_data)
-                storage_data[r.index] = info
-                if record is not None:
-                    records[info.relative_path] = record
-        metadata.storage_data = storage_data
-        metadata.storage_meta = self.storage_meta()
-        if records:
-            checksums.attach(metadata.storage_meta, records)
-        ours = sorted({r.storage_data.relative_path for rs in results for r in rs})
-        name = self._metadata_name(rank_zero=False)
+        ours = complete_metadata(metadata, results, self.storage_meta())
         self._objects().commit(
-            name,
+            metadata_name(self.rank, use_collectives=self.use_collectives),
             dump_metadata(metadata),
             overwrite=self.overwrite,
             ours=ours,
             save_id=self.save_id,
         )
 
+    def storage_meta(self) -> StorageMeta:
+        """The checkpoint URL and this save's id, committed inside `.metadata`."""
+        return StorageMeta(checkpoint_id=self.checkpoint_id, save_id=self.save_id)
+
     # -- plumbing ------------------------------------------------------------------------------
     def _set_location(self, checkpoint_id: str | os.PathLike) -> None:
         self.location = parse_checkpoint_id(checkpoint_id)
-        self.path = self.location.url()
 
     def _loc(self) -> CheckpointLocation:
         if self.location is None:
@@ -386,43 +379,3 @@ class GCSStorageWriter(GCSCheckpointId, _FileSystemWriter):
 
     def _objects(self) -> SaveObjects:
         return SaveObjects(self._object_store(), self._loc())
-
-    def _save_tag(self) -> str:
-        return uuid.UUID(self.save_id).hex[:16]
-
-    def _metadata_name(self, *, rank_zero: bool) -> str:
-        if self.use_collectives or self.rank is None:
-            return METADATA_NAME
-        return f"__{0 if rank_zero else self.rank}{METADATA_NAME}"
-
-
-def _with_checksums(written: list[WriteResult], records: dict) -> list[WriteResult]:
-    """The WriteResults with each object's checksum record on its first item's storage info
-    (`checksums.ChecksummedInfo`), to reach the coordinator's `finish`."""
-    out, pending = [], dict(records)
-    for r in written:
-        info = r.storage_data
-        record = pending.pop(info.relative_path, None)
-        if record is not None:
-            info = checksums.ChecksummedInfo(
-                info.relative_path,
-                info.offset,
-                info.length,
-                info.transform_descriptors,
-                object_checksums=record,
-            )
-            r = dataclasses.replace(r, storage_data=info)
-        out.append(r)
-    return out
-
-
-class _ContiguousTensors:
-    """A planner whose tensors are contiguous: safetensors stores dense row-major bytes and
-    torch's writer refuses views (a transposed or strided tensor); this writer packs them."""
-
-    def __init__(self, planner: SavePlanner) -> None:
-        self._planner = planner
-
-    def resolve_data(self, item):
-        data = self._planner.resolve_data(item)
-        return data.contiguous() if isinstance(data, torch.Tensor) else data

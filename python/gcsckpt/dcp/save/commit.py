@@ -1,18 +1,26 @@
-"""The commit of a DCP save on GCS: `.metadata` uploaded last, and the clean-up around it.
+"""The commit of a DCP save on GCS (`finish`): `.metadata` uploaded last, the clean-up around it.
 
-A save is a checkpoint once its `.metadata` is committed, by `ObjectStore.upload` with a
-precondition (the package's one upload-if-absent, which also tells a retried attempt that
-landed from another save's object): create-if-absent when not overwriting, so of two racing
-saves exactly one wins; replace-at-the-generation-read when overwriting, after which the
-objects the replaced `.metadata` named are deleted. A refused or failed commit deletes this
-save's objects (best effort), unless its `.metadata` may have landed and may name them.
-Kept apart from `gcsckpt.dcp.writer`, which serializes and uploads the data objects.
+`complete_metadata` fills in torch's Metadata from every rank's WriteResults (the `_StorageInfo`
+of each item, and the block checksum records that rode on them: `gcsckpt.dcp.checksums`).
+
+A save is a checkpoint once its `.metadata` is committed (`SaveObjects.commit`), by
+`ObjectStore.upload` with a precondition (the package's one upload-if-absent, which also tells a
+retried attempt that landed from another save's object): create-if-absent when not
+overwriting, so of two racing saves exactly one wins; replace-at-the-generation-read when
+overwriting, after which the objects the replaced `.metadata` named are deleted. A refused or
+failed commit deletes this save's objects (best effort), unless its `.metadata` may have landed
+and may name them.
 """
 
 from __future__ import annotations
 
 import warnings
 
+from torch.distributed.checkpoint.filesystem import CURRENT_DCP_VERSION
+from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.distributed.checkpoint.storage import WriteResult
+
+from gcsckpt.dcp import checksums
 from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.dcp.paths import CheckpointLocation
 from gcsckpt.io.objects import ObjectStore, ObjectStoreError
@@ -27,6 +35,34 @@ class CheckpointExistsError(RuntimeError, FileExistsError):
     A RuntimeError with torch's wording ("Checkpoint already exists", as FileSystemWriter
     raises it) and a FileExistsError naming the `.metadata` object.
     """
+
+
+def complete_metadata(
+    metadata: Metadata, results: list[list[WriteResult]], storage_meta: StorageMeta
+) -> list[str]:
+    """Fills in `metadata` (in place) as torch's FileSystemWriter does before it commits it: the
+    DCP version, each item's plain `_StorageInfo`, `storage_meta`, and on it the block checksum
+    records carried by the results (`checksums.attach`; none when the save computed none).
+
+    Args:
+        results: each rank's WriteResults (`write_data`'s), as DCP gathers them.
+
+    Returns:
+        the relative paths of the save's data objects, sorted (what a failed commit deletes).
+    """
+    metadata.version = CURRENT_DCP_VERSION
+    storage_data, records = {}, {}
+    for rank_results in results:
+        for result in rank_results:
+            info, record = checksums.strip(result.storage_data)
+            storage_data[result.index] = info
+            if record is not None:
+                records[info.relative_path] = record
+    metadata.storage_data = storage_data
+    metadata.storage_meta = storage_meta
+    if records:
+        checksums.attach(storage_meta, records)
+    return sorted({info.relative_path for info in storage_data.values()})
 
 
 class SaveObjects:

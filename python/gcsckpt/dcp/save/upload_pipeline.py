@@ -1,10 +1,10 @@
-"""The save path's data objects: torch's serializer in one thread, the C++ uploader beside it.
+"""The upload: a rank's data objects serialized in one thread, sent by the C++ uploader beside it.
 
-``UploadPipeline.run`` runs torch's per-object loop in one serializer thread, each object into a
-``SegmentedStream`` (``gcsckpt.dcp.archive_writer.write_objects``: torch's order, BYTE_IO bytes
-and ``_StorageInfo`` records, each TORCH_SAVE archive written by ``ArchiveWriter``, the bytes
-``torch.save`` writes without calling it; torch's own loop ``_write_files_from_queue`` for the
-safetensors blob and ``_extensions`` transforms); a finished object goes to
+``UploadPipeline.run`` runs the serializer (``gcsckpt.dcp.save.serialize.write_objects``:
+torch's per-object loop, its order, BYTE_IO bytes and ``_StorageInfo`` records, each TORCH_SAVE
+archive the bytes ``torch.save`` writes without calling it; torch's own loop for the safetensors
+blob and ``_extensions`` transforms) in one thread, each object into a ``SegmentedStream``
+(``gcsckpt.dcp.save.segments``); a finished object goes to
 ``gcsckpt.io.Uploader`` as a list of spans while the thread writes the next, so serialization
 overlaps the uploads and many uploads of a rank are in flight.
 
@@ -23,25 +23,24 @@ Each object's block checksums (``gcsckpt.dcp.checksums``: blocks at item boundar
 from __future__ import annotations
 
 import contextlib
-import math
 import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 from torch.distributed.checkpoint.filesystem import SerializationFormat
-from torch.distributed.checkpoint.planner import SavePlanner, WriteItem, WriteItemType
+from torch.distributed.checkpoint.planner import SavePlanner, WriteItem
 from torch.distributed.checkpoint.storage import WriteResult
 
-from gcsckpt.dcp.archive_writer import write_objects
 from gcsckpt.dcp.checksums import ObjectRecord, block_starts
-from gcsckpt.dcp.segments import (
+from gcsckpt.dcp.save.segments import (
     HeldTensors,
     HoldingPlanner,
     PipelineStopped,
     SegmentedStream,
     StagingBudget,
 )
+from gcsckpt.dcp.save.serialize import ContiguousTensors, write_objects
 from gcsckpt.io.uploader import Uploader, UploadResult
 
 _DONE = object()
@@ -85,21 +84,6 @@ class _Submitted:
         budget.release(self.stream.reserved)
 
 
-def estimate_bytes(items: list[WriteItem]) -> int:
-    """Tensor bytes this rank writes for ``items``: each item's own chunk (``chunk.sizes``), not
-    the whole tensor (``tensor_data.size``, what torch's ``_item_size`` counts, which for a
-    DTensor shard is world-size times too large and cut an fsdp rank's 124 MB into 56 objects
-    of ~2 MB); BYTE_IO items count 0 (their size is known only once serialized). The size
-    estimate of an object before it is written, bytes."""
-    total = 0
-    for item in items:
-        if item.type == WriteItemType.BYTE_IO or item.tensor_data is None:
-            continue
-        numel = math.prod(item.tensor_data.chunk.sizes)
-        total += numel * item.tensor_data.properties.dtype.itemsize
-    return total
-
-
 class UploadPipeline:
     """Serializes and uploads one rank's data objects (see the module docstring).
 
@@ -139,6 +123,8 @@ class UploadPipeline:
         self._bucket = bucket
         self._object_name = object_name
         self._budget = StagingBudget(staging_bytes)
+        if serialization_format == SerializationFormat.SAFETENSORS:
+            planner = ContiguousTensors(planner)  # held below: the copies are what is written
         self._planner = HoldingPlanner(planner)
         self._transforms = transforms
         self._format = serialization_format

@@ -4,7 +4,7 @@
 ``REFERENCE_MIN_BYTES`` that lies inside a tensor storage held for the object (``HeldTensors``,
 filled by ``HoldingPlanner`` as torch resolves the items) is kept by reference, everything else
 is copied into segments whose bytes are taken from the rank's ``StagingBudget``. The result is
-a list of spans for ``gcsckpt.io.Uploader``. Kept apart from ``gcsckpt.dcp.upload_pipeline``,
+a list of spans for ``gcsckpt.io.Uploader``. Kept apart from ``gcsckpt.dcp.save.upload_pipeline``,
 which drives the serializer thread and the uploads.
 """
 

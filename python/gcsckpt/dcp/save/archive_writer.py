@@ -1,4 +1,4 @@
-"""TORCH_SAVE items written by our code: the bytes `torch.save(tensor, stream)` writes, no call.
+"""Each TORCH_SAVE archive of a save: the bytes `torch.save(tensor, stream)` writes, no call.
 
 Why: DCP's TORCH_SAVE format is one `torch.save` zip archive per tensor item, and torch's loop
 (`_write_item`) calls `torch.save` for each: 60-240 us an item (a pickler, a C++ zip writer, ~40
@@ -36,7 +36,6 @@ from __future__ import annotations
 import io
 import logging
 import pickle
-import queue
 import struct
 import sys
 import threading
@@ -46,16 +45,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
-from torch.distributed.checkpoint.filesystem import (
-    SerializationFormat,
-    _item_size,
-    _OverlappingCpuLoader,
-    _SerialCpuLoader,
-    _StorageInfo,
-    _write_files_from_queue,
-)
-from torch.distributed.checkpoint.planner import SavePlanner, WriteItem, WriteItemType
-from torch.distributed.checkpoint.storage import WriteResult
 
 logger = logging.getLogger(__name__)
 
@@ -442,95 +431,6 @@ def current_writer() -> ArchiveWriter | None:
         return _writers[alignment]
 
 
-def _tensor_loader(planner: SavePlanner, copy_ahead_bytes: int):
-    """torch's choice of tensor loader for its one-thread loop: copies from an accelerator
-    overlapped when one is present, else resolved one by one (detached, on the CPU, views of
-    larger storages cloned)."""
-    backend = torch._C._get_privateuse1_backend_name()
-    custom = getattr(torch, backend, None)
-    accelerated = torch.cuda.is_available() or bool(custom and custom.is_available())
-    if accelerated and copy_ahead_bytes > 0:
-        return _OverlappingCpuLoader(planner.resolve_data, inflight_threshhold=copy_ahead_bytes)
-    return _SerialCpuLoader(planner.resolve_data)
-
-
-def write_objects(
-    create_stream: Callable,
-    file_queue: queue.Queue,
-    result_queue: queue.Queue,
-    planner: SavePlanner,
-    transforms,
-    copy_ahead_bytes: int,
-    serialization_format: SerializationFormat,
-) -> None:
-    """Writes each object of ``file_queue`` ((name, storage key, items)) as torch's one-thread
-    loop (`_write_files_from_queue`) does: BYTE_IO items first, then the tensors in order, each
-    item's WriteResult (storage_data = `_StorageInfo(key, offset, length)`) from
-    ``stream.tell()`` at its start and end; the list of one object's results goes to
-    ``result_queue``. TORCH_SAVE archives are written by `ArchiveWriter` (the bytes torch.save
-    writes); with stream transforms, SAFETENSORS or a torch this module does not match, torch's
-    own loop runs instead.
-
-    Args:
-        create_stream: (name, mode) -> context manager of a write stream with ``tell``.
-        planner: resolves each item's data. transforms: torch's `_StorageWriterTransforms`.
-        copy_ahead_bytes: torch's in-flight threshold of the overlapping (accelerator) loader.
-
-    Raises:
-        AssertionError: torch's checks (BYTE_IO data not a BytesIO, a tensor not on the CPU).
-        whatever the planner, the stream or torch.save raise.
-    """
-    writer = None
-    if serialization_format == SerializationFormat.TORCH_SAVE and not transforms.extensions:
-        writer = current_writer()
-    if writer is None:
-        _write_files_from_queue(
-            create_stream=create_stream,
-            file_queue=file_queue,
-            result_queue=result_queue,
-            planner=planner,
-            transforms=transforms,
-            inflight_threshhold=copy_ahead_bytes,
-            use_fsync=False,
-            thread_count=1,
-            serialization_format=serialization_format,
-        )
-        return
-    while True:
-        try:
-            name, key, items = file_queue.get_nowait()
-        except queue.Empty:
-            return
-        loader = _tensor_loader(planner, copy_ahead_bytes)
-        for item in items:
-            if item.type != WriteItemType.BYTE_IO:
-                loader.add(_item_size(item), item)
-        loader.start_loading()
-        results = []
-        with create_stream(name, "wb") as stream:
-            for item in items:
-                if item.type == WriteItemType.BYTE_IO:
-                    data = planner.resolve_data(item)
-                    if not isinstance(data, io.BytesIO):
-                        raise AssertionError("Data must be io.BytesIO for BYTE_IO write items")
-                    offset = stream.tell()
-                    stream.write(data.getbuffer())
-                    results.append(_result(item, key, offset, stream.tell() - offset))
-            for tensor, item in loader.values():
-                if not tensor.is_cpu:
-                    raise AssertionError("Tensor must be on CPU")
-                offset = stream.tell()
-                writer.write(stream, tensor)
-                results.append(_result(item, key, offset, stream.tell() - offset))
-        result_queue.put(results)
-
-
-def _result(item: WriteItem, key: str, offset: int, length: int) -> WriteResult:
-    return WriteResult(
-        index=item.index, size_in_bytes=length, storage_data=_StorageInfo(key, offset, length)
-    )
-
-
 __all__ = [
     "ArchiveWriter",
     "Layout",
@@ -538,5 +438,4 @@ __all__ = [
     "data_pkl",
     "layout_of",
     "storage_bytes",
-    "write_objects",
 ]
