@@ -16,6 +16,7 @@
                                 (set_up_storage_writer)
 
 Shared with the load path, in `gcsckpt.dcp`: paths (ids, `.metadata`), checksums (the block
-checksum records: where a save puts them and a load finds them), metadata_codec, engines.
+checksum records: where a save puts them and a load finds them), metadata_codec. The writer's
+clients come from `gcsckpt.dcp.engines`.
 Nothing here imports `gcsckpt.dcp.writer` or `gcsckpt.dcp`, so imports stay acyclic.
 """
