@@ -1,8 +1,12 @@
-"""gcsckpt.dcp.load.plan: fetches grouped into windows of bounded buffer bytes."""
+"""gcsckpt.dcp.load.plan: fetches grouped into windows of bounded buffer bytes; runs of
+BYTE_IO archives packed and read as one range (`pipeline.window_requests`)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from gcsckpt.dcp.load.fetch import ALIGN, Fetch, FetchKind
+from gcsckpt.dcp.load.pipeline import window_requests
 from gcsckpt.dcp.load.plan import make_windows
 
 
@@ -15,3 +19,38 @@ def test_windows_bound_buffer_bytes_and_align_slots():
         assert window.buffer_bytes <= 80000 or len(window.fetches) == 1
         for f, slot in zip(window.fetches, window.slots, strict=True):
             assert slot % ALIGN == 0 and slot + f.length <= window.buffer_bytes
+
+
+def test_byte_io_runs_pack_into_one_range_each():
+    b = FetchKind.BYTES
+    fetches = [
+        Fetch("o", 0, 100, None, b),
+        Fetch("o", 100, 30, None, b),  # follows: packed, same range
+        Fetch("o", 130, 7, None, b),
+        Fetch("o", 200, 9, None, b),  # a gap in the object: new range, aligned slot
+        Fetch("o", 209, 5, None, FetchKind.TORCH_SAVE),  # not BYTES: aligned, own range
+        Fetch("o", 214, 11, None, b),
+        Fetch("p", 225, 3, None, b),  # another object: new range
+    ]
+    (window,) = make_windows(fetches, 1 << 20)
+    assert window.slots == (0, 100, 130, 192, 256, 320, 384)
+    assert window.buffer_bytes == 448
+    host = np.arange(window.buffer_bytes, dtype=np.uint8)
+    requests, owners = window_requests(window, host)
+    assert [r[:3] for r in requests] == [
+        ("o", 0, 137),
+        ("o", 200, 9),
+        ("o", 209, 5),
+        ("o", 214, 11),
+        ("p", 225, 3),
+    ]
+    assert owners == [(0, 3), (3, 4), (4, 5), (5, 6), (6, 7)]
+    assert [int(r[3][0]) for r in requests] == [0, 192, 0, 64, 128]  # uint8 slots 256, 320, 384
+    assert [r[3].size for r in requests] == [137, 9, 5, 11, 3]
+
+
+def test_packed_windows_stay_within_their_budget():
+    fetches = [Fetch("o", i * 50, 50, None, FetchKind.BYTES) for i in range(40)]
+    windows = make_windows(fetches, 640)
+    assert [f for w in windows for f in w.fetches] == fetches
+    assert all(w.buffer_bytes <= 640 for w in windows) and len(windows) == 4

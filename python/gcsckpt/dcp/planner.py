@@ -9,6 +9,16 @@ on the load path"). torch writes `data.pkl` as the archive's first record, so th
 unpickles it straight from the first local header when it names no globals outside a few builtin
 containers and no tensor storages. Anything else goes to `DefaultLoadPlanner.load_bytes`
 unchanged, so results equal the default planner's.
+
+The same few values recur for every parameter (`lr`, `betas`, `eps`, ...), and `torch.save`
+writes equal values as equal bytes, so each planner keeps the values it decoded keyed by their
+archive's bytes and decodes each distinct byte string once per load (8,877 BYTE_IO items per
+rank, a handful of distinct strings, in the scaled-OLMoE fsdp case). Only values built from
+immutable builtins (None, bool, int, float, complex, str, bytes, and tuples/frozensets of those)
+are kept, so one object may be handed to several keys safely; lists, dicts, sets and anything
+else are decoded anew for each item. The cache is bounded: at most `DECODED_CACHE_ENTRIES`
+archives of at most `DECODED_CACHE_KEY_BYTES` each (~64 MiB of keys in the worst case, ~1.3 KiB
+each in practice); it lives with the planner and is emptied at each `set_up_planner`.
 """
 
 from __future__ import annotations
@@ -35,6 +45,9 @@ _BUILTINS = {
 }
 _BUILTINS[("collections", "OrderedDict")] = OrderedDict
 _BUILTINS[("_codecs", "encode")] = codecs.encode  # protocol 2 spells bytes as encode(str, latin1)
+
+
+_MISSING = object()
 
 
 class _NotPlain(Exception):
@@ -80,6 +93,12 @@ class GCSLoadPlanner(DefaultLoadPlanner):
         super().__init__(*args, **kwargs)
         self.compact_plans = compact_plans
         self._local_plan: LoadPlan | None = None
+        self._decoded: dict[bytes, Any] = {}  # archive bytes -> immutable value (module doc)
+
+    def set_up_planner(self, *args: Any, **kwargs: Any) -> None:
+        """DefaultLoadPlanner.set_up_planner, with this planner's decoded-value cache emptied."""
+        self._decoded = {}
+        super().set_up_planner(*args, **kwargs)
 
     def create_local_plan(self) -> LoadPlan:
         """The default local plan, or (compact_plans) a stand-in without items."""
@@ -100,12 +119,24 @@ class GCSLoadPlanner(DefaultLoadPlanner):
         )
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
-        """Sets the BYTE_IO value `read_item` names (see DefaultLoadPlanner.load_bytes)."""
-        found, decoded = self._plain_value(value)
-        if not found:
-            value.seek(0)
-            super().load_bytes(read_item, value)
-            return
+        """Sets the BYTE_IO value `read_item` names (see DefaultLoadPlanner.load_bytes); an
+        archive whose bytes equal one decoded before in this load reuses that (immutable)
+        value."""
+        key = value.getvalue()
+        decoded = self._decoded.get(key, _MISSING)
+        if decoded is _MISSING:
+            found, decoded = self._plain_value(value)
+            if not found:
+                value.seek(0)
+                super().load_bytes(read_item, value)
+                return
+            cache = self._decoded
+            if (
+                len(cache) < DECODED_CACHE_ENTRIES
+                and len(key) <= DECODED_CACHE_KEY_BYTES
+                and _immutable(decoded)
+            ):
+                cache[key] = decoded
         if self.flatten_state_dict:
             _set_flat(self.original_state_dict, self.mappings[read_item.dest_index.fqn], decoded)
         else:
@@ -137,6 +168,23 @@ def _set_flat(root: dict, path: tuple, value: Any) -> None:
             container[path[1]] = value
             return
     set_element(root, path, value)
+
+
+# Bounds of the per-planner cache of decoded BYTE_IO values (entries, bytes per key).
+DECODED_CACHE_ENTRIES = 4096
+DECODED_CACHE_KEY_BYTES = 16 << 10
+
+_IMMUTABLE_LEAVES = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _immutable(value: Any) -> bool:
+    """True when `value` and everything inside it is an immutable builtin (safe to share)."""
+    kind = type(value)
+    if kind in _IMMUTABLE_LEAVES:
+        return True
+    if kind is tuple or kind is frozenset:
+        return all(_immutable(v) for v in value)
+    return False
 
 
 _ITEMS_KEPT_LOCALLY = "gcsckpt.dcp.GCSLoadPlanner: items kept on each rank"

@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 import torch
 from torch.distributed.checkpoint.planner import ReadItem
 
-# Buffered fetches start at multiples of this (bytes), so tensors viewed in place are aligned.
+# Buffered fetches start at multiples of this (bytes), so tensors viewed in place are aligned
+# (BYTES fetches excepted: `plan.make_windows` packs runs of them back to back).
 ALIGN = 64
 
 
@@ -100,7 +101,8 @@ class Window:
     """Consecutive Fetches sharing one buffer of `buffer_bytes` bytes.
 
     `slots[i]` is where `fetches[i]`'s buffered bytes (`Fetch.slot_bytes`) start in that buffer
-    (a multiple of ALIGN), or -1 for a fetch that needs no buffer (direct RAW or empty).
+    (a multiple of ALIGN, except a BYTES fetch packed right after the BYTES fetch before it:
+    `plan.make_windows`), or -1 for a fetch that needs no buffer (direct RAW or empty).
     """
 
     fetches: tuple[Fetch, ...]

@@ -7,7 +7,8 @@ tensor view of the window buffer, valid only during the call: a buffered fetch's
 direct TORCH_SAVE fetch's archive head and tail; empty for an empty fetch) or None for a direct
 RAW fetch (the bytes are already in `fetch.target`). While window k is consumed, window k+1 is
 being fetched; a window's buffer is reused for a later one when big enough, so buffer memory
-stays at about two windows. On any error every outstanding range is cancelled before the error
+stays at about two windows. A run of BYTE_IO archives packed back to back in the buffer is read
+as one range (`window_requests`), its fetches consumed one by one when it completes. On any error every outstanding range is cancelled before the error
 propagates, so no buffer is written after this returns.
 """
 
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from gcsckpt.dcp.load.fetch import Fetch, Window
+from gcsckpt.dcp.load.fetch import Fetch, FetchKind, Window
 from gcsckpt.dcp.load.ranges import CheckpointRanges
 from gcsckpt.dcp.load.stats import LoadStats
 
@@ -58,16 +59,12 @@ def run_windows(
             buffer = torch.empty(window.buffer_bytes, dtype=torch.uint8)
         else:
             spare.remove(buffer)
-        host = buffer.numpy()
-        requests: list = []
-        owners: list[int] = []  # request index -> fetch index
-        for i, (fetch, slot) in enumerate(zip(window.fetches, window.slots, strict=True)):
-            fetch.parts(host[slot : slot + fetch.slot_bytes], requests)
-            owners.extend([i] * (len(requests) - len(owners)))
+        requests, owners = window_requests(window, buffer.numpy())
         stats.bytes_needed += sum(r[2] for r in requests)
         parts = [0] * len(window.fetches)  # ranges of each fetch still outstanding
-        for i in owners:
-            parts[i] += 1
+        for first, end in owners:
+            for i in range(first, end):
+                parts[i] += 1
         pending.append((window, ranges.submit(requests), buffer, owners, parts))
 
     try:
@@ -82,16 +79,17 @@ def run_windows(
                 if not done:
                     break
                 for r in done:
-                    i = owners[r]
-                    parts[i] -= 1
-                    if parts[i]:
-                        continue  # a direct TORCH_SAVE fetch waits for all three ranges
-                    fetch = window.fetches[i]
-                    if fetch.slot_bytes == 0 and fetch.target is not None:
-                        consume(fetch, None)
-                    else:
-                        start = max(window.slots[i], 0)  # an empty fetch has no slot
-                        consume(fetch, buffer[start : start + fetch.slot_bytes])
+                    first, end = owners[r]
+                    for i in range(first, end):
+                        parts[i] -= 1
+                        if parts[i]:
+                            continue  # a direct TORCH_SAVE fetch waits for all three ranges
+                        fetch = window.fetches[i]
+                        if fetch.slot_bytes == 0 and fetch.target is not None:
+                            consume(fetch, None)
+                        else:
+                            start = max(window.slots[i], 0)  # an empty fetch has no slot
+                            consume(fetch, buffer[start : start + fetch.slot_bytes])
             pending.popleft()
             spare.append(buffer)
             submit_next()
@@ -101,3 +99,42 @@ def run_windows(
             handle.cancel()
         pending.clear()
         raise
+
+
+def window_requests(window: Window, host) -> tuple[list, list[tuple[int, int]]]:
+    """The ranges (path, offset, length, destination) that fill `window`'s buffer `host` (a
+    uint8 numpy array) and its direct targets, and for each range the fetches it serves, as
+    (first, end) indices into `window.fetches`.
+
+    Each fetch gives its own ranges (`Fetch.parts`), except that buffered BYTES fetches packed
+    back to back (`plan.make_windows`: adjacent in the object and in the buffer) share one
+    range, so a run of BYTE_IO items costs one range, not one per item."""
+    requests: list = []
+    owners: list[tuple[int, int]] = []
+    run = None  # (path, object offset, slot) of the open BYTES run, its end in both
+    bytes_kind = FetchKind.BYTES
+    for i, (fetch, slot) in enumerate(zip(window.fetches, window.slots, strict=True)):
+        if fetch.kind is bytes_kind and fetch.length and fetch.target is None:
+            if (
+                run is not None
+                and run[0] == fetch.path
+                and run[1] == fetch.offset
+                and run[2] == slot
+            ):
+                path, offset, _, _ = requests[-1]
+                end = slot + fetch.length
+                length = fetch.offset + fetch.length - offset
+                requests[-1] = (path, offset, length, host[end - length : end])
+                owners[-1] = (owners[-1][0], i + 1)
+            else:
+                requests.append(
+                    (fetch.path, fetch.offset, fetch.length, host[slot : slot + fetch.length])
+                )
+                owners.append((i, i + 1))
+            run = (fetch.path, fetch.offset + fetch.length, slot + fetch.length)
+            continue
+        run = None
+        before = len(requests)
+        fetch.parts(host[slot : slot + fetch.slot_bytes], requests)
+        owners.extend([(i, i + 1)] * (len(requests) - before))
+    return requests, owners

@@ -134,31 +134,54 @@ def plan_fetches(
 
 def make_windows(fetches: Sequence[Fetch], window_bytes: int) -> list[Window]:
     """Cuts fetches (in order) into windows of at most window_bytes (a single larger fetch gets
-    a window of its own), counting each fetch's aligned slot (`Fetch.slot_bytes`) and, for a
-    direct TORCH_SAVE fetch, the archive bytes it reads too, so its window stays one bounded
-    submit; direct RAW and empty fetches use no slot (slot -1) and ride along."""
+    a window of its own), counting each fetch's slot (`Fetch.slot_bytes`) and, for a direct
+    TORCH_SAVE fetch, the archive bytes it reads too, so its window stays one bounded submit;
+    direct RAW and empty fetches use no slot (slot -1) and ride along.
+
+    Slots start at multiples of ALIGN (tensors are viewed in place), except that a buffered
+    BYTES fetch (a BYTE_IO item's archive, never viewed as a tensor) whose bytes follow the
+    previous slotted fetch's in the same object is packed right after that fetch's slot, so a
+    run of them is one contiguous range of the object and of the buffer (`pipeline` reads it as
+    one range)."""
     windows: list[Window] = []
     current: list[Fetch] = []
     slots: list[int] = []
     used = counted = 0
+    last: Fetch | None = None  # the window's last fetch with a slot
     for fetch in fetches:
         size = fetch.slot_bytes
         if size == 0:  # needs no buffer
             current.append(fetch)
             slots.append(-1)
             continue
-        need = -(-size // ALIGN) * ALIGN
-        count = need if fetch.archive is None else need + fetch.length
+        packed = (
+            fetch.kind is FetchKind.BYTES
+            and last is not None
+            and last.kind is FetchKind.BYTES
+            and fetch.target is None
+            and last.path == fetch.path
+            and last.offset + last.length == fetch.offset
+        )
+        start = used if packed else _aligned(used)
+        extra = fetch.length if fetch.archive is not None else 0
+        count = _aligned(start + size) - _aligned(used) + extra
         if counted and counted + count > window_bytes:
-            windows.append(Window(tuple(current), tuple(slots), used))
-            current, slots, used, counted = [], [], 0, 0
+            windows.append(Window(tuple(current), tuple(slots), _aligned(used)))
+            current, slots, used, counted, last = [], [], 0, 0, None
+            start, count = 0, _aligned(size) + extra
         current.append(fetch)
-        slots.append(used)
-        used += need
+        slots.append(start)
+        used = start + size
         counted += count
+        last = fetch
     if current:
-        windows.append(Window(tuple(current), tuple(slots), used))
+        windows.append(Window(tuple(current), tuple(slots), _aligned(used)))
     return windows
+
+
+def _aligned(n: int) -> int:
+    """`n` rounded up to a multiple of ALIGN."""
+    return -(-n // ALIGN) * ALIGN
 
 
 def _raw_fetch(
