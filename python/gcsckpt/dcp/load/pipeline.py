@@ -8,8 +8,9 @@ direct TORCH_SAVE fetch's archive head and tail; empty for an empty fetch) or No
 RAW fetch (the bytes are already in `fetch.target`). While window k is consumed, window k+1 is
 being fetched; a window's buffer is reused for a later one when big enough, so buffer memory
 stays at about two windows. A run of BYTE_IO archives packed back to back in the buffer is read
-as one range (`window_requests`), its fetches consumed one by one when it completes. On any error every outstanding range is cancelled before the error
-propagates, so no buffer is written after this returns.
+as one range (`window_requests`), its fetches consumed one by one when it completes. On any
+error every outstanding range is cancelled before the error propagates, so no buffer is written
+after this returns.
 """
 
 from __future__ import annotations
