@@ -2,15 +2,16 @@
 
 In: Windows (from `plan.make_windows`), a `ranges.CheckpointRanges`, a `consume(fetch, data)`
 callback and the load's LoadStats. Out: every Fetch handed to `consume` once all its ranges
-are complete, in completion order within a window, with `data` its slot (a 1-D uint8 CPU
-tensor view of the window buffer, valid only during the call: a buffered fetch's bytes, a
-direct TORCH_SAVE fetch's archive head and tail; empty for an empty fetch) or None for a direct
-RAW fetch (the bytes are already in `fetch.target`). While window k is consumed, window k+1 is
-being fetched; a window's buffer is reused for a later one when big enough, so buffer memory
-stays at about two windows. A run of BYTE_IO archives packed back to back in the buffer is read
-as one range (`window_requests`), its fetches consumed one by one when it completes. On any
-error every outstanding range is cancelled before the error propagates, so no buffer is written
-after this returns.
+are complete, in completion order within a window, with `data` its slot (a 1-D uint8 numpy
+view of the window buffer, valid only during the call: a buffered fetch's bytes, a direct
+TORCH_SAVE fetch's archive head and tail; empty for an empty fetch; numpy because slicing a
+torch tensor costs several times as much per item) or None for a direct RAW fetch (the bytes
+are already in `fetch.target`). While window k is consumed, window k+1 is being fetched; a
+window's buffer is reused for a later one when big enough, so buffer memory stays at about two
+windows. A run of BYTE_IO archives packed back to back in the buffer is read as one range
+(`window_requests`), its fetches consumed one by one when it completes. On any error every
+outstanding range is cancelled before the error propagates, so no buffer is written after
+this returns.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from gcsckpt.dcp.load.fetch import Fetch, FetchKind, Window
@@ -32,7 +34,7 @@ WINDOWS_IN_FLIGHT = 2
 def run_windows(
     windows: Sequence[Window],
     ranges: CheckpointRanges,
-    consume: Callable[[Fetch, torch.Tensor | None], None],
+    consume: Callable[[Fetch, np.ndarray | None], None],
     stats: LoadStats,
 ) -> None:
     """Fetches window after window and calls `consume` for each completed fetch.
@@ -60,19 +62,20 @@ def run_windows(
             buffer = torch.empty(window.buffer_bytes, dtype=torch.uint8)
         else:
             spare.remove(buffer)
-        requests, owners = window_requests(window, buffer.numpy())
+        host = buffer.numpy()
+        requests, owners = window_requests(window, host)
         stats.bytes_needed += sum(r[2] for r in requests)
         parts = [0] * len(window.fetches)  # ranges of each fetch still outstanding
         for first, end in owners:
             for i in range(first, end):
                 parts[i] += 1
-        pending.append((window, ranges.submit(requests), buffer, owners, parts))
+        pending.append((window, ranges.submit(requests), buffer, host, owners, parts))
 
     try:
         for _ in range(WINDOWS_IN_FLIGHT):
             submit_next()
         while pending:
-            window, handle, buffer, owners, parts = pending[0]
+            window, handle, buffer, host, owners, parts = pending[0]
             while True:
                 waited = time.perf_counter()
                 done = handle.next_completed()
@@ -90,7 +93,7 @@ def run_windows(
                             consume(fetch, None)
                         else:
                             start = max(window.slots[i], 0)  # an empty fetch has no slot
-                            consume(fetch, buffer[start : start + fetch.slot_bytes])
+                            consume(fetch, host[start : start + fetch.slot_bytes])
             pending.popleft()
             spare.append(buffer)
             submit_next()
