@@ -31,9 +31,15 @@ import pickle
 from collections import OrderedDict
 from typing import Any
 
+import torch
 from torch.distributed.checkpoint._traverse import set_element
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.planner import LoadPlan, ReadItem
+from torch.distributed.checkpoint.default_planner import (
+    DefaultLoadPlanner,
+    create_default_local_load_plan,
+)
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, MetadataIndex
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+from torch.distributed.tensor import DTensor
 
 from gcsckpt.dcp.torch_save_view import first_record
 
@@ -48,6 +54,7 @@ _BUILTINS[("_codecs", "encode")] = codecs.encode  # protocol 2 spells bytes as e
 
 
 _MISSING = object()
+_ZERO = torch.Size((0,))  # a BYTE_IO item's offsets and lengths (immutable, shared)
 
 
 class _NotPlain(Exception):
@@ -102,11 +109,35 @@ class GCSLoadPlanner(DefaultLoadPlanner):
 
     def create_local_plan(self) -> LoadPlan:
         """The default local plan, or (compact_plans) a stand-in without items."""
-        plan = super().create_local_plan()
+        plan = self._default_local_plan()
         if not self.compact_plans:
             return plan
         self._local_plan = plan
         return dataclasses.replace(plan, items=[], planner_data=_ITEMS_KEPT_LOCALLY)
+
+    def _default_local_plan(self) -> LoadPlan:
+        """`DefaultLoadPlanner.create_local_plan`'s plan, equal item for item, built with one
+        shared MetadataIndex and Size per BYTE_IO item (torch makes two and three); tensor
+        entries go through torch's own function one by one, in the state dict's order. A
+        flattened state dict that lacks keys of the checkpoint (torch's check for a pre-2.4
+        checkpoint) takes torch's path whole."""
+        metadata = self.metadata
+        if metadata is None:
+            return super().create_local_plan()
+        saved = metadata.state_dict_metadata
+        state_dict = self.state_dict
+        if self.flatten_state_dict and not saved.keys() <= state_dict.keys():
+            return super().create_local_plan()
+        strict = not self.allow_partial_load
+        items: list[ReadItem] = []
+        byte_io, zero = LoadItemType.BYTE_IO, _ZERO
+        for fqn, obj in state_dict.items():
+            if type(saved.get(fqn)) is BytesStorageMetadata and not isinstance(obj, DTensor):
+                index = MetadataIndex(fqn)
+                items.append(ReadItem(byte_io, index, zero, index, zero, zero))
+            else:  # tensors, DTensors and missing keys: torch's own checks and read items
+                items.extend(create_default_local_load_plan({fqn: obj}, metadata, strict).items)
+        return LoadPlan(items)
 
     def finish_plan(self, central_plan: LoadPlan) -> LoadPlan:
         """The central plan, with this rank's own items put back if they were held back."""
