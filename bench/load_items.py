@@ -45,14 +45,7 @@ flags.DEFINE_integer("rounds", 5, "Timed loads.")
 flags.DEFINE_enum("planner", "gcsckpt", ["gcsckpt", "torch"], "Load planner.")
 
 BUCKET = "load-items"
-_STEPS = [
-    (reader_module.GCSStorageReader, "read_metadata"),
-    (default_planner.DefaultLoadPlanner, "set_up_planner"),
-    (default_planner.DefaultLoadPlanner, "create_local_plan"),
-    (reader_module.GCSStorageReader, "read_data"),
-    (reader_module, "plan_fetches"),
-    (reader_module, "run_windows"),
-]
+_PLANNERS = {"gcsckpt": GCSLoadPlanner, "torch": default_planner.DefaultLoadPlanner}
 
 
 def _model_config(folder: str) -> str:
@@ -64,9 +57,17 @@ def _model_config(folder: str) -> str:
     return str(path)
 
 
-def _timed_steps(cpu: dict) -> None:
-    """Wraps each step of _STEPS so its process CPU seconds add up in `cpu` (one level)."""
-    for owner, name in _STEPS:
+def _timed_steps(cpu: dict, planner: type) -> None:
+    """Wraps each step so its process CPU seconds add up in `cpu` (one level)."""
+    steps = [
+        (reader_module.GCSStorageReader, "read_metadata"),
+        (planner, "set_up_planner"),
+        (planner, "create_local_plan"),
+        (reader_module.GCSStorageReader, "read_data"),
+        (reader_module, "plan_fetches"),
+        (reader_module, "run_windows"),
+    ]
+    for owner, name in steps:
         step = getattr(owner, name)
 
         @functools.wraps(step)
@@ -107,11 +108,11 @@ def main(argv) -> None:
         url = f"gs://{BUCKET}/ckpt"
         dcp.save(saved, storage_writer=GCSStorageWriter(url, endpoint=gcs.endpoint), no_dist=True)
         target = build_app_state(spec, dims, None, seed=2, device="cpu")
-        _timed_steps(cpu)
+        _timed_steps(cpu, _PLANNERS[FLAGS.planner])
         best = None
         for round_ in range(FLAGS.rounds):
             cpu.clear()
-            planner = GCSLoadPlanner() if FLAGS.planner == "gcsckpt" else dcp.DefaultLoadPlanner()
+            planner = _PLANNERS[FLAGS.planner]()
             reader = GCSStorageReader(url, endpoint=gcs.endpoint)
             began = time.process_time()
             dcp.load(target, storage_reader=reader, planner=planner, no_dist=True)

@@ -78,13 +78,24 @@ def _optimizer_state(extra: dict | None = None) -> dict:
 
 
 def _plans(metadata, make_state, **kwargs):
-    plans = []
+    plans, planners = [], []
     for planner in (
         dcp.DefaultLoadPlanner(**kwargs),
         GCSLoadPlanner(compact_plans=False, **kwargs),
     ):
-        planner.set_up_planner(make_state(), metadata, True)
+        state = make_state()
+        planner.set_up_planner(state, metadata, True)
+        assert planner.original_state_dict is state
         plans.append(planner.create_local_plan())
+        planners.append(planner)
+    # The flattened state and its mappings are torch's, leaf for leaf.
+    want, got = planners
+    assert got.mappings == want.mappings and got.state_dict.keys() == want.state_dict.keys()
+    for key, value in want.state_dict.items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(got.state_dict[key], value), key
+        else:
+            assert got.state_dict[key] == value, key
     return plans
 
 
