@@ -54,3 +54,34 @@ def test_packed_windows_stay_within_their_budget():
     windows = make_windows(fetches, 640)
     assert [f for w in windows for f in w.fetches] == fetches
     assert all(w.buffer_bytes <= 640 for w in windows) and len(windows) == 4
+
+
+class _Template:
+    head_len, tail_len = 10, 6
+
+
+def test_direct_archive_tail_and_next_head_are_one_range():
+    import torch
+
+    targets = [torch.zeros(4, dtype=torch.int32) for _ in range(3)]
+    # Three archives of 60 bytes back to back, each: head 10, storage at +20 (16 bytes), tail 6.
+    fetches = [
+        Fetch("o", 60 * i, 60, None, FetchKind.TORCH_SAVE, target=t, archive=_Template(), skip=10)
+        for i, t in enumerate(targets)
+    ]
+    (window,) = make_windows(fetches, 1 << 20)
+    assert window.slots == (0, 16, 32)  # packed: head + tail, 16 bytes each
+    host = np.arange(window.buffer_bytes, dtype=np.uint8)
+    requests, owners = window_requests(window, host)
+    assert [r[:3] for r in requests] == [
+        ("o", 0, 10),  # first head
+        ("o", 20, 16),  # storage -> target 0
+        ("o", 54, 16),  # tail 0 + head 1
+        ("o", 80, 16),
+        ("o", 114, 16),  # tail 1 + head 2
+        ("o", 140, 16),
+        ("o", 174, 6),  # last tail
+    ]
+    assert owners == [(0, 1), (0, 1), (0, 2), (1, 2), (1, 3), (2, 3), (2, 3)]
+    # Buffer positions: slot i holds head i at 16 i and tail i at 16 i + 10.
+    assert [int(r[3][0]) for r in requests if r[3].base is host] == [0, 10, 26, 42]

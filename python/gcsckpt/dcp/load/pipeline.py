@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from gcsckpt.dcp.load.fetch import Fetch, FetchKind, Window
+from gcsckpt.dcp.load.fetch import Fetch, Window
 from gcsckpt.dcp.load.ranges import CheckpointRanges
 from gcsckpt.dcp.load.stats import LoadStats
 
@@ -110,35 +110,33 @@ def window_requests(window: Window, host) -> tuple[list, list[tuple[int, int]]]:
     uint8 numpy array) and its direct targets, and for each range the fetches it serves, as
     (first, end) indices into `window.fetches`.
 
-    Each fetch gives its own ranges (`Fetch.parts`), except that buffered BYTES fetches packed
-    back to back (`plan.make_windows`: adjacent in the object and in the buffer) share one
-    range, so a run of BYTE_IO items costs one range, not one per item."""
+    A fetch's pieces (`Fetch.pieces`) become ranges, except that a piece read into the buffer
+    right after the previous range's bytes, in the object and in the buffer, extends that
+    range (`plan.make_windows` packs such slots back to back): a run of BYTE_IO archives is one
+    range, and a direct TORCH_SAVE item's tail and the next one's head are one range."""
     requests: list = []
     owners: list[tuple[int, int]] = []
-    run = None  # (path, object offset, slot) of the open BYTES run, its end in both
-    bytes_kind = FetchKind.BYTES
+    run = None  # (path, object end, buffer end) of the last range when it was read into host
     for i, (fetch, slot) in enumerate(zip(window.fetches, window.slots, strict=True)):
-        if fetch.kind is bytes_kind and fetch.length and fetch.target is None:
-            if (
-                run is not None
-                and run[0] == fetch.path
-                and run[1] == fetch.offset
-                and run[2] == slot
-            ):
-                path, offset, _, _ = requests[-1]
-                end = slot + fetch.length
-                length = fetch.offset + fetch.length - offset
-                requests[-1] = (path, offset, length, host[end - length : end])
+        path = fetch.path
+        for offset, length, where in fetch.pieces(slot):
+            if type(where) is not int or not length:  # into a target, or empty
+                requests.append((path, offset, length, host[0:0] if not length else where))
+                owners.append((i, i + 1))
+                run = None
+                continue
+            end = where + length
+            if run is not None and run == (path, offset, where):
+                _, first, _, _ = requests[-1]
+                requests[-1] = (
+                    path,
+                    first,
+                    offset + length - first,
+                    host[first - offset + where : end],
+                )
                 owners[-1] = (owners[-1][0], i + 1)
             else:
-                requests.append(
-                    (fetch.path, fetch.offset, fetch.length, host[slot : slot + fetch.length])
-                )
+                requests.append((path, offset, length, host[where:end]))
                 owners.append((i, i + 1))
-            run = (fetch.path, fetch.offset + fetch.length, slot + fetch.length)
-            continue
-        run = None
-        before = len(requests)
-        fetch.parts(host[slot : slot + fetch.slot_bytes], requests)
-        owners.extend([(i, i + 1)] * (len(requests) - before))
+            run = (path, offset + length, end)
     return requests, owners

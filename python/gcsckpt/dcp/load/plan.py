@@ -153,11 +153,12 @@ def make_windows(fetches: Sequence[Fetch], window_bytes: int) -> list[Window]:
     TORCH_SAVE fetch, the archive bytes it reads too, so its window stays one bounded submit;
     direct RAW and empty fetches use no slot (slot -1) and ride along.
 
-    Slots start at multiples of ALIGN (tensors are viewed in place), except that a buffered
-    BYTES fetch (a BYTE_IO item's archive, never viewed as a tensor) whose bytes follow the
-    previous slotted fetch's in the same object is packed right after that fetch's slot, so a
-    run of them is one contiguous range of the object and of the buffer (`pipeline` reads it as
-    one range)."""
+    Slots start at multiples of ALIGN (tensors are viewed in place), except that a slot never
+    viewed as a tensor (`Fetch.unaligned`: a BYTE_IO archive, a direct TORCH_SAVE item's head
+    and tail) whose fetch follows the previous slotted one in the same object, itself such a
+    fetch, is packed right after that one's slot: the previous fetch's last bytes and this
+    one's first are then one contiguous range of the object and of the buffer (`pipeline` reads
+    them as one range)."""
     windows: list[Window] = []
     current: list[Fetch] = []
     slots: list[int] = []
@@ -170,10 +171,9 @@ def make_windows(fetches: Sequence[Fetch], window_bytes: int) -> list[Window]:
             slots.append(-1)
             continue
         packed = (
-            fetch.kind is FetchKind.BYTES
-            and last is not None
-            and last.kind is FetchKind.BYTES
-            and fetch.target is None
+            last is not None
+            and fetch.unaligned
+            and last.unaligned
             and last.path == fetch.path
             and last.offset + last.length == fetch.offset
         )
