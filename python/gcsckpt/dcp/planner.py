@@ -17,7 +17,7 @@ rank, a handful of distinct strings, in the scaled-OLMoE fsdp case). Only values
 immutable builtins (None, bool, int, float, complex, str, bytes, and tuples/frozensets of those)
 are kept, so one object may be handed to several keys safely; lists, dicts, sets and anything
 else are decoded anew for each item. The cache is bounded: at most `DECODED_CACHE_ENTRIES`
-archives of at most `DECODED_CACHE_KEY_BYTES` each (~64 MiB of keys in the worst case, ~1.3 KiB
+archives of at most `DECODED_CACHE_KEY_BYTES` each (16 MiB of keys at most, ~1.3 KiB
 each in practice); it lives with the planner and is emptied at each `set_up_planner`.
 
 Planning is torch's too, with two per-entry costs taken out: a BYTE_IO ReadItem shares one
@@ -229,7 +229,7 @@ def _set_flat(root: dict, path: tuple, value: Any) -> None:
 
 # Bounds of the per-planner cache of decoded BYTE_IO values (entries, bytes per key).
 DECODED_CACHE_ENTRIES = 4096
-DECODED_CACHE_KEY_BYTES = 16 << 10
+DECODED_CACHE_KEY_BYTES = 4 << 10
 
 _IMMUTABLE_LEAVES = (type(None), bool, int, float, complex, str, bytes)
 
