@@ -8,7 +8,11 @@ exchanges plans cost more than the work itself (unpickling that `.metadata` seve
 docs/measurements.md, "Per-item costs on the load path"). The reader therefore pauses the collector
 while it unpickles and while it reads, and freezes the heap (`gc.freeze`: existing objects are
 skipped by later collections, still freed by reference counting) from the end of `read_metadata`
-to the end of `read_data`, which also shields DCP's own planning steps in between.
+to the end of `read_data`, which also shields DCP's own planning steps in between. The freeze
+is taken before the collector is turned back on, and `read_data` drops its per-item records
+before it is: the first collection after a pause otherwise walks everything allocated during it
+(20-37 ms for the unpickled `.metadata` of 12k entries, 4-6 ms for the fetch plan; measured
+with `gc.callbacks`, docs/measurements.md "Per-item costs on the load path").
 """
 
 from __future__ import annotations

@@ -9,6 +9,21 @@ on the load path"). torch writes `data.pkl` as the archive's first record, so th
 unpickles it straight from the first local header when it names no globals outside a few builtin
 containers and no tensor storages. Anything else goes to `DefaultLoadPlanner.load_bytes`
 unchanged, so results equal the default planner's.
+
+The same few values recur for every parameter (`lr`, `betas`, `eps`, ...), and `torch.save`
+writes equal values as equal bytes, so each planner keeps the values it decoded keyed by their
+archive's bytes and decodes each distinct byte string once per load (8,877 BYTE_IO items per
+rank, a handful of distinct strings, in the scaled-OLMoE fsdp case). Only values built from
+immutable builtins (None, bool, int, float, complex, str, bytes, and tuples/frozensets of those)
+are kept, so one object may be handed to several keys safely; lists, dicts, sets and anything
+else are decoded anew for each item. The cache is bounded: at most `DECODED_CACHE_ENTRIES`
+archives of at most `DECODED_CACHE_KEY_BYTES` each (16 MiB of keys at most, ~1.3 KiB
+each in practice); it lives with the planner and is emptied at each `set_up_planner`.
+
+Planning is torch's too, with two per-entry costs taken out: a BYTE_IO ReadItem shares one
+MetadataIndex and one Size (torch builds two and three), and `set_up_planner` flattens the
+state dict once, taking torch's extra pass for nested ShardedTensors only when one is there.
+Plans, flattened state and mappings equal torch's (tests/dcp/test_planner.py).
 """
 
 from __future__ import annotations
@@ -21,9 +36,18 @@ import pickle
 from collections import OrderedDict
 from typing import Any
 
+import torch
+from torch.distributed._shard.sharded_tensor import ShardedTensor
+from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 from torch.distributed.checkpoint._traverse import set_element
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.planner import LoadPlan, ReadItem
+from torch.distributed.checkpoint.default_planner import (
+    DefaultLoadPlanner,
+    _init_state_dict,
+    create_default_local_load_plan,
+)
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, MetadataIndex
+from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, ReadItem
+from torch.distributed.tensor import DTensor
 
 from gcsckpt.dcp.torch_save_view import first_record
 
@@ -35,6 +59,10 @@ _BUILTINS = {
 }
 _BUILTINS[("collections", "OrderedDict")] = OrderedDict
 _BUILTINS[("_codecs", "encode")] = codecs.encode  # protocol 2 spells bytes as encode(str, latin1)
+
+
+_MISSING = object()
+_ZERO = torch.Size((0,))  # a BYTE_IO item's offsets and lengths (immutable, shared)
 
 
 class _NotPlain(Exception):
@@ -80,14 +108,62 @@ class GCSLoadPlanner(DefaultLoadPlanner):
         super().__init__(*args, **kwargs)
         self.compact_plans = compact_plans
         self._local_plan: LoadPlan | None = None
+        self._decoded: dict[bytes, Any] = {}  # archive bytes -> immutable value (module doc)
+
+    def set_up_planner(
+        self, state_dict: dict, metadata: Metadata | None = None, is_coordinator: bool = False
+    ) -> None:
+        """DefaultLoadPlanner.set_up_planner, with this planner's decoded-value cache emptied.
+
+        The same state as torch's: torch first rebuilds the whole state dict to flatten nested
+        ShardedTensors (~1 us per entry), which changes nothing when it holds none, so the
+        flattened dict is checked for ShardedTensors instead and only then is torch's path
+        taken."""
+        self._decoded = {}
+        if not (self.flatten_sharded_tensors and self.flatten_state_dict):
+            super().set_up_planner(state_dict, metadata, is_coordinator)
+            return
+        _init_state_dict(state_dict)
+        flat, mappings = flatten_state_dict(state_dict)
+        if any(isinstance(value, ShardedTensor) for value in flat.values()):
+            super().set_up_planner(state_dict, metadata, is_coordinator)
+            return
+        self.original_state_dict = state_dict
+        self.state_dict, self.mappings = flat, mappings
+        self.metadata = metadata
+        self.is_coordinator = is_coordinator
 
     def create_local_plan(self) -> LoadPlan:
         """The default local plan, or (compact_plans) a stand-in without items."""
-        plan = super().create_local_plan()
+        plan = self._default_local_plan()
         if not self.compact_plans:
             return plan
         self._local_plan = plan
         return dataclasses.replace(plan, items=[], planner_data=_ITEMS_KEPT_LOCALLY)
+
+    def _default_local_plan(self) -> LoadPlan:
+        """`DefaultLoadPlanner.create_local_plan`'s plan, equal item for item, built with one
+        shared MetadataIndex and Size per BYTE_IO item (torch makes two and three); tensor
+        entries go through torch's own function one by one, in the state dict's order. A
+        flattened state dict that lacks keys of the checkpoint (torch's check for a pre-2.4
+        checkpoint) takes torch's path whole."""
+        metadata = self.metadata
+        if metadata is None:
+            return super().create_local_plan()
+        saved = metadata.state_dict_metadata
+        state_dict = self.state_dict
+        if self.flatten_state_dict and not saved.keys() <= state_dict.keys():
+            return super().create_local_plan()
+        strict = not self.allow_partial_load
+        items: list[ReadItem] = []
+        byte_io, zero = LoadItemType.BYTE_IO, _ZERO
+        for fqn, obj in state_dict.items():
+            if type(saved.get(fqn)) is BytesStorageMetadata and not isinstance(obj, DTensor):
+                index = MetadataIndex(fqn)
+                items.append(ReadItem(byte_io, index, zero, index, zero, zero))
+            else:  # tensors, DTensors and missing keys: torch's own checks and read items
+                items.extend(create_default_local_load_plan({fqn: obj}, metadata, strict).items)
+        return LoadPlan(items)
 
     def finish_plan(self, central_plan: LoadPlan) -> LoadPlan:
         """The central plan, with this rank's own items put back if they were held back."""
@@ -100,12 +176,24 @@ class GCSLoadPlanner(DefaultLoadPlanner):
         )
 
     def load_bytes(self, read_item: ReadItem, value: io.BytesIO) -> None:
-        """Sets the BYTE_IO value `read_item` names (see DefaultLoadPlanner.load_bytes)."""
-        found, decoded = self._plain_value(value)
-        if not found:
-            value.seek(0)
-            super().load_bytes(read_item, value)
-            return
+        """Sets the BYTE_IO value `read_item` names (see DefaultLoadPlanner.load_bytes); an
+        archive whose bytes equal one decoded before in this load reuses that (immutable)
+        value."""
+        key = value.getvalue()
+        decoded = self._decoded.get(key, _MISSING)
+        if decoded is _MISSING:
+            found, decoded = self._plain_value(value)
+            if not found:
+                value.seek(0)
+                super().load_bytes(read_item, value)
+                return
+            cache = self._decoded
+            if (
+                len(cache) < DECODED_CACHE_ENTRIES
+                and len(key) <= DECODED_CACHE_KEY_BYTES
+                and _immutable(decoded)
+            ):
+                cache[key] = decoded
         if self.flatten_state_dict:
             _set_flat(self.original_state_dict, self.mappings[read_item.dest_index.fqn], decoded)
         else:
@@ -137,6 +225,23 @@ def _set_flat(root: dict, path: tuple, value: Any) -> None:
             container[path[1]] = value
             return
     set_element(root, path, value)
+
+
+# Bounds of the per-planner cache of decoded BYTE_IO values (entries, bytes per key).
+DECODED_CACHE_ENTRIES = 4096
+DECODED_CACHE_KEY_BYTES = 4 << 10
+
+_IMMUTABLE_LEAVES = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _immutable(value: Any) -> bool:
+    """True when `value` and everything inside it is an immutable builtin (safe to share)."""
+    kind = type(value)
+    if kind in _IMMUTABLE_LEAVES:
+        return True
+    if kind is tuple or kind is frozenset:
+        return all(_immutable(v) for v in value)
+    return False
 
 
 _ITEMS_KEPT_LOCALLY = "gcsckpt.dcp.GCSLoadPlanner: items kept on each rank"

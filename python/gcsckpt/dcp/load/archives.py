@@ -73,11 +73,13 @@ def _stand_in(key: GroupKey) -> ArchiveTemplate | None:
     return _template(np.frombuffer(stream.getbuffer(), dtype=np.uint8), key)
 
 
-def matches(template: ArchiveTemplate, scratch: torch.Tensor) -> bool:
-    """True when `scratch` (uint8 [head_len + tail_len]: an item's head, then its tail) equals
-    the template outside the varying spans, so its storage bytes lie where the template says
-    and hold the dtype and shape it names."""
-    return (scratch.numpy() & template.mask).tobytes() == template.expected
+def matches(template: ArchiveTemplate, scratch: np.ndarray | torch.Tensor) -> bool:
+    """True when `scratch` (uint8 [head_len + tail_len], numpy or CPU tensor: an item's head,
+    then its tail) equals the template outside the varying spans, so its storage bytes lie
+    where the template says and hold the dtype and shape it names."""
+    if isinstance(scratch, torch.Tensor):
+        scratch = scratch.numpy()
+    return (scratch & template.mask).tobytes() == template.expected
 
 
 def buffered(fetch: Fetch) -> Fetch:

@@ -1,9 +1,9 @@
 """Decoding fetched bytes and handing them to the LoadPlanner.
 
-In: one Fetch and its bytes (a 1-D uint8 CPU tensor, or None when a direct fetch already put
-them in `fetch.target`; for a direct TORCH_SAVE fetch, its archive's head and tail, checked
-against the group's template before commit, else kept in `rereads`). Out: for BYTES,
-`planner.load_bytes(item, BytesIO)`; for tensors, the stored region copied into
+In: one Fetch and its bytes (a 1-D uint8 numpy array or CPU tensor, or None when a direct
+fetch already put them in `fetch.target`; for a direct TORCH_SAVE fetch, its archive's head and
+tail, checked against the group's template before commit, else kept in `rereads`). Out: for
+BYTES, `planner.load_bytes(item, BytesIO)`; for tensors, the stored region copied into
 `planner.resolve_tensor(item)` (unless already there) and `planner.commit_tensor` called.
 Stream transforms (torch DCP `_extensions`, e.g. ZStandard) are undone first through torch's
 `_StorageReaderTransforms`. TORCH_SAVE archives decode through `gcsckpt.dcp.torch_save_view`
@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import time
 
+import numpy as np
 import torch
 from torch.distributed.checkpoint.filesystem import _StorageReaderTransforms
 from torch.distributed.checkpoint.planner import LoadPlanner
@@ -58,7 +59,7 @@ class Decoder:
         rereads, self.rereads = self.rereads, []
         return rereads
 
-    def consume(self, fetch: Fetch, data: torch.Tensor | None) -> None:
+    def consume(self, fetch: Fetch, data: np.ndarray | torch.Tensor | None) -> None:
         """Decodes one fetched item and hands it to the planner.
 
         Raises:
@@ -83,9 +84,11 @@ class Decoder:
                 data = self._untransform(fetch, data)
             kind = fetch.kind
             if kind is FetchKind.BYTES:
-                planner.load_bytes(item, io.BytesIO(data.numpy().tobytes()))
+                planner.load_bytes(item, io.BytesIO(_as_bytes(data)))
                 stats.deserialize_s += time.perf_counter() - began
                 return
+            if isinstance(data, np.ndarray):
+                data = torch.from_numpy(data)
             # The stored region the item asks for (a view of `data` where possible).
             if kind is FetchKind.TORCH_SAVE:
                 tensor = tensor_from_torch_save(data)
@@ -115,6 +118,11 @@ class Decoder:
 
     def _untransform(self, fetch: Fetch, data: torch.Tensor) -> torch.Tensor:
         stream = self.transforms.transform_load_stream(
-            fetch.item, fetch.descriptors, io.BytesIO(data.numpy().tobytes())
+            fetch.item, fetch.descriptors, io.BytesIO(_as_bytes(data))
         )
         return torch.frombuffer(bytearray(stream.read()), dtype=torch.uint8)
+
+
+def _as_bytes(data: np.ndarray | torch.Tensor) -> bytes:
+    """A copy of a 1-D uint8 slot's bytes."""
+    return (data if isinstance(data, np.ndarray) else data.numpy()).tobytes()

@@ -14,7 +14,8 @@ from typing import Any, NamedTuple
 import torch
 from torch.distributed.checkpoint.planner import ReadItem
 
-# Buffered fetches start at multiples of this (bytes), so tensors viewed in place are aligned.
+# Buffered fetches start at multiples of this (bytes), so tensors viewed in place are aligned
+# (BYTES fetches excepted: `plan.make_windows` packs runs of them back to back).
 ALIGN = 64
 
 
@@ -73,22 +74,30 @@ class Fetch(NamedTuple):
             return self.archive.head_len + self.archive.tail_len
         return self.length if self.target is None else 0
 
-    def parts(self, scratch, ranges: list) -> None:
-        """Appends this fetch's ranges (path, offset, length, destination) to `ranges`: one for
-        a buffered or direct RAW fetch (into `scratch`, a uint8 numpy slot of `slot_bytes`, or
-        the target), three for a direct TORCH_SAVE fetch (head, storage region, tail)."""
+    @property
+    def unaligned(self) -> bool:
+        """True when the slot's bytes are never viewed as a tensor (a BYTE_IO archive, or a
+        direct TORCH_SAVE fetch's head and tail), so the slot may start anywhere."""
+        return self.kind is FetchKind.BYTES or self.archive is not None
+
+    def pieces(self, slot: int) -> list[tuple[int, int, Any]]:
+        """This fetch's byte ranges as (offset, length, where), in object order: `where` is a
+        position in the window buffer (int: the fetch's slot starts at `slot`) for bytes read
+        into the slot, or a uint8 numpy view of the target for bytes read straight into it.
+        One piece for a buffered or direct RAW fetch, three for a direct TORCH_SAVE fetch (head
+        into the slot, the storage region into the target, tail into the slot after the
+        head)."""
         if self.target is None:
-            ranges.append((self.path, self.offset, self.length, scratch))
-            return
+            return [(self.offset, self.length, slot)]
         dest = self.target.reshape(-1).view(torch.uint8).numpy()
         if self.archive is None:
-            ranges.append((self.path, self.offset, self.length, dest))
-            return
+            return [(self.offset, self.length, dest)]
         head, tail = self.archive.head_len, self.archive.tail_len
-        ranges.append((self.path, self.offset, head, scratch[:head]))
-        ranges.append((self.path, self.offset + head + self.skip, dest.size, dest))
-        end = self.offset + self.length
-        ranges.append((self.path, end - tail, tail, scratch[head:]))
+        return [
+            (self.offset, head, slot),
+            (self.offset + head + self.skip, dest.size, dest),
+            (self.offset + self.length - tail, tail, slot + head),
+        ]
 
     def where(self) -> tuple[str, int, int]:
         """(path, offset, length), for error messages."""
@@ -100,7 +109,8 @@ class Window:
     """Consecutive Fetches sharing one buffer of `buffer_bytes` bytes.
 
     `slots[i]` is where `fetches[i]`'s buffered bytes (`Fetch.slot_bytes`) start in that buffer
-    (a multiple of ALIGN), or -1 for a fetch that needs no buffer (direct RAW or empty).
+    (a multiple of ALIGN, except a BYTES fetch packed right after the BYTES fetch before it:
+    `plan.make_windows`), or -1 for a fetch that needs no buffer (direct RAW or empty).
     """
 
     fetches: tuple[Fetch, ...]

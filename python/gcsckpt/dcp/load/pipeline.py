@@ -2,13 +2,16 @@
 
 In: Windows (from `plan.make_windows`), a `ranges.CheckpointRanges`, a `consume(fetch, data)`
 callback and the load's LoadStats. Out: every Fetch handed to `consume` once all its ranges
-are complete, in completion order within a window, with `data` its slot (a 1-D uint8 CPU
-tensor view of the window buffer, valid only during the call: a buffered fetch's bytes, a
-direct TORCH_SAVE fetch's archive head and tail; empty for an empty fetch) or None for a direct
-RAW fetch (the bytes are already in `fetch.target`). While window k is consumed, window k+1 is
-being fetched; a window's buffer is reused for a later one when big enough, so buffer memory
-stays at about two windows. On any error every outstanding range is cancelled before the error
-propagates, so no buffer is written after this returns.
+are complete, in completion order within a window, with `data` its slot (a 1-D uint8 numpy
+view of the window buffer, valid only during the call: a buffered fetch's bytes, a direct
+TORCH_SAVE fetch's archive head and tail; empty for an empty fetch; numpy because slicing a
+torch tensor costs several times as much per item) or None for a direct RAW fetch (the bytes
+are already in `fetch.target`). While window k is consumed, window k+1 is being fetched; a
+window's buffer is reused for a later one when big enough, so buffer memory stays at about two
+windows. A run of BYTE_IO archives packed back to back in the buffer is read as one range
+(`window_requests`), its fetches consumed one by one when it completes. On any error every
+outstanding range is cancelled before the error propagates, so no buffer is written after
+this returns.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 
 from gcsckpt.dcp.load.fetch import Fetch, Window
@@ -30,7 +34,7 @@ WINDOWS_IN_FLIGHT = 2
 def run_windows(
     windows: Sequence[Window],
     ranges: CheckpointRanges,
-    consume: Callable[[Fetch, torch.Tensor | None], None],
+    consume: Callable[[Fetch, np.ndarray | None], None],
     stats: LoadStats,
 ) -> None:
     """Fetches window after window and calls `consume` for each completed fetch.
@@ -59,22 +63,19 @@ def run_windows(
         else:
             spare.remove(buffer)
         host = buffer.numpy()
-        requests: list = []
-        owners: list[int] = []  # request index -> fetch index
-        for i, (fetch, slot) in enumerate(zip(window.fetches, window.slots, strict=True)):
-            fetch.parts(host[slot : slot + fetch.slot_bytes], requests)
-            owners.extend([i] * (len(requests) - len(owners)))
+        requests, owners = window_requests(window, host)
         stats.bytes_needed += sum(r[2] for r in requests)
         parts = [0] * len(window.fetches)  # ranges of each fetch still outstanding
-        for i in owners:
-            parts[i] += 1
-        pending.append((window, ranges.submit(requests), buffer, owners, parts))
+        for first, end in owners:
+            for i in range(first, end):
+                parts[i] += 1
+        pending.append((window, ranges.submit(requests), buffer, host, owners, parts))
 
     try:
         for _ in range(WINDOWS_IN_FLIGHT):
             submit_next()
         while pending:
-            window, handle, buffer, owners, parts = pending[0]
+            window, handle, buffer, host, owners, parts = pending[0]
             while True:
                 waited = time.perf_counter()
                 done = handle.next_completed()
@@ -82,16 +83,17 @@ def run_windows(
                 if not done:
                     break
                 for r in done:
-                    i = owners[r]
-                    parts[i] -= 1
-                    if parts[i]:
-                        continue  # a direct TORCH_SAVE fetch waits for all three ranges
-                    fetch = window.fetches[i]
-                    if fetch.slot_bytes == 0 and fetch.target is not None:
-                        consume(fetch, None)
-                    else:
-                        start = max(window.slots[i], 0)  # an empty fetch has no slot
-                        consume(fetch, buffer[start : start + fetch.slot_bytes])
+                    first, end = owners[r]
+                    for i in range(first, end):
+                        parts[i] -= 1
+                        if parts[i]:
+                            continue  # a direct TORCH_SAVE fetch waits for all three ranges
+                        fetch = window.fetches[i]
+                        if fetch.slot_bytes == 0 and fetch.target is not None:
+                            consume(fetch, None)
+                        else:
+                            start = max(window.slots[i], 0)  # an empty fetch has no slot
+                            consume(fetch, host[start : start + fetch.slot_bytes])
             pending.popleft()
             spare.append(buffer)
             submit_next()
@@ -101,3 +103,40 @@ def run_windows(
             handle.cancel()
         pending.clear()
         raise
+
+
+def window_requests(window: Window, host) -> tuple[list, list[tuple[int, int]]]:
+    """The ranges (path, offset, length, destination) that fill `window`'s buffer `host` (a
+    uint8 numpy array) and its direct targets, and for each range the fetches it serves, as
+    (first, end) indices into `window.fetches`.
+
+    A fetch's pieces (`Fetch.pieces`) become ranges, except that a piece read into the buffer
+    right after the previous range's bytes, in the object and in the buffer, extends that
+    range (`plan.make_windows` packs such slots back to back): a run of BYTE_IO archives is one
+    range, and a direct TORCH_SAVE item's tail and the next one's head are one range."""
+    requests: list = []
+    owners: list[tuple[int, int]] = []
+    run = None  # (path, object end, buffer end) of the last range when it was read into host
+    for i, (fetch, slot) in enumerate(zip(window.fetches, window.slots, strict=True)):
+        path = fetch.path
+        for offset, length, where in fetch.pieces(slot):
+            if type(where) is not int or not length:  # into a target, or empty
+                requests.append((path, offset, length, host[0:0] if not length else where))
+                owners.append((i, i + 1))
+                run = None
+                continue
+            end = where + length
+            if run is not None and run == (path, offset, where):
+                _, first, _, _ = requests[-1]
+                requests[-1] = (
+                    path,
+                    first,
+                    offset + length - first,
+                    host[first - offset + where : end],
+                )
+                owners[-1] = (owners[-1][0], i + 1)
+            else:
+                requests.append((path, offset, length, host[where:end]))
+                owners.append((i, i + 1))
+            run = (path, offset + length, end)
+    return requests, owners

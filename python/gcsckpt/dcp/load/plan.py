@@ -19,6 +19,7 @@ bytes are encoded. Windows bound buffer memory; each slot is 64-byte aligned.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -59,12 +60,25 @@ def sort_items(items: Sequence[ReadItem], storage_data: dict, errors: LoadErrors
     return [k[2] for k in keyed]
 
 
+def storage_entries(items: Sequence[ReadItem], storage_data: dict, errors: LoadErrors) -> list:
+    """The storage entry (`_StorageInfo`) of each item, in order: one lookup per item, which
+    `plan_fetches` and the reader's object set share (hashing a MetadataIndex is the cost).
+    Raises ValueError (`errors.missing_entry`) for an item with no storage entry."""
+    get = storage_data.get
+    infos = [get(item.storage_index) for item in items]
+    for item, info in zip(items, infos, strict=True):
+        if info is None:  # `is`: `None in infos` would call each entry's __eq__
+            raise errors.missing_entry(item)
+    return infos
+
+
 def plan_fetches(
     items: Sequence[ReadItem],
     metadata: Metadata,
     resolve_tensor: Callable[[ReadItem], torch.Tensor],
     ranges: CheckpointRanges,
     errors: LoadErrors,
+    infos: Sequence | None = None,
 ) -> FetchPlan:
     """One Fetch per item (see module doc); RAW items need their blob's header first (one
     extra round trip for all blobs of the load); direct TORCH_SAVE items need none.
@@ -72,26 +86,27 @@ def plan_fetches(
     Args:
         resolve_tensor: `LoadPlanner.resolve_tensor`, called only to test whether a direct read
             into the target is possible.
+        infos: `storage_entries(items, ...)` when the caller has them (else looked up here).
 
     Raises:
         ValueError: an item has no storage entry. CheckpointReadError: an item's chunk is not
             in the metadata, or a blob header is bad or disagrees with it. RangeReadError: a
             header read failed.
     """
-    storage_data = metadata.storage_data
+    if infos is None:
+        infos = storage_entries(items, metadata.storage_data, errors)
     fetches: list[Fetch] = []
     raw_pending: list = []  # (item, path, blob offset, length, chunk sizes, dtype)
     archive_pending: list = []  # (TORCH_SAVE Fetch, group key, target, skip)
     tensor_items = bytes_items = templates = 0
-    for item in items:
-        info = storage_data.get(item.storage_index)
-        if info is None:
-            raise errors.missing_entry(item)
+    byte_io, bytes_kind = LoadItemType.BYTE_IO, FetchKind.BYTES
+    for item, info in zip(items, infos, strict=True):
         path, offset, length = info.relative_path, info.offset, info.length
-        descriptors = tuple(getattr(info, "transform_descriptors", None) or ())
-        if item.type == LoadItemType.BYTE_IO:
+        descriptors = getattr(info, "transform_descriptors", None)
+        descriptors = tuple(descriptors) if descriptors else ()
+        if item.type is byte_io:
             bytes_items += 1
-            fetches.append(Fetch(path, offset, length, item, FetchKind.BYTES, descriptors))
+            fetches.append(Fetch(path, offset, length, item, bytes_kind, descriptors))
             continue
         tensor_items += 1
         try:
@@ -120,7 +135,7 @@ def plan_fetches(
                 layouts[(path, offset)], where, item.storage_index, sizes, dtype, errors
             )
             fetches.append(_raw_fetch(item, path, start, sizes, dtype, resolve_tensor))
-    fetches.sort(key=_object_order)  # near-linear: prepare_local_plan already sorted items
+    fetches.sort(key=_OBJECT_ORDER)  # (path, offset): near-linear when items come sorted
     return FetchPlan(
         fetches,
         tensor_items=tensor_items,
@@ -134,31 +149,54 @@ def plan_fetches(
 
 def make_windows(fetches: Sequence[Fetch], window_bytes: int) -> list[Window]:
     """Cuts fetches (in order) into windows of at most window_bytes (a single larger fetch gets
-    a window of its own), counting each fetch's aligned slot (`Fetch.slot_bytes`) and, for a
-    direct TORCH_SAVE fetch, the archive bytes it reads too, so its window stays one bounded
-    submit; direct RAW and empty fetches use no slot (slot -1) and ride along."""
+    a window of its own), counting each fetch's slot (`Fetch.slot_bytes`) and, for a direct
+    TORCH_SAVE fetch, the archive bytes it reads too, so its window stays one bounded submit;
+    direct RAW and empty fetches use no slot (slot -1) and ride along.
+
+    Slots start at multiples of ALIGN (tensors are viewed in place), except that a slot never
+    viewed as a tensor (`Fetch.unaligned`: a BYTE_IO archive, a direct TORCH_SAVE item's head
+    and tail) whose fetch follows the previous slotted one in the same object, itself such a
+    fetch, is packed right after that one's slot: the previous fetch's last bytes and this
+    one's first are then one contiguous range of the object and of the buffer (`pipeline` reads
+    them as one range)."""
     windows: list[Window] = []
     current: list[Fetch] = []
     slots: list[int] = []
     used = counted = 0
+    last: Fetch | None = None  # the window's last fetch with a slot
     for fetch in fetches:
         size = fetch.slot_bytes
         if size == 0:  # needs no buffer
             current.append(fetch)
             slots.append(-1)
             continue
-        need = -(-size // ALIGN) * ALIGN
-        count = need if fetch.archive is None else need + fetch.length
+        packed = (
+            last is not None
+            and fetch.unaligned
+            and last.unaligned
+            and last.path == fetch.path
+            and last.offset + last.length == fetch.offset
+        )
+        start = used if packed else _aligned(used)
+        extra = fetch.length if fetch.archive is not None else 0
+        count = _aligned(start + size) - _aligned(used) + extra
         if counted and counted + count > window_bytes:
-            windows.append(Window(tuple(current), tuple(slots), used))
-            current, slots, used, counted = [], [], 0, 0
+            windows.append(Window(tuple(current), tuple(slots), _aligned(used)))
+            current, slots, used, counted, last = [], [], 0, 0, None
+            start, count = 0, _aligned(size) + extra
         current.append(fetch)
-        slots.append(used)
-        used += need
+        slots.append(start)
+        used = start + size
         counted += count
+        last = fetch
     if current:
-        windows.append(Window(tuple(current), tuple(slots), used))
+        windows.append(Window(tuple(current), tuple(slots), _aligned(used)))
     return windows
+
+
+def _aligned(n: int) -> int:
+    """`n` rounded up to a multiple of ALIGN."""
+    return -(-n // ALIGN) * ALIGN
 
 
 def _raw_fetch(
@@ -246,5 +284,5 @@ def _archive_fetches(pending: list) -> tuple[list[Fetch], int]:
     return out, len(templates)
 
 
-def _object_order(fetch: Fetch) -> tuple[str, int]:
-    return fetch.path, fetch.offset
+# A Fetch's (path, offset): its first two fields.
+_OBJECT_ORDER = operator.itemgetter(0, 1)

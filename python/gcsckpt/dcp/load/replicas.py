@@ -219,12 +219,13 @@ class ReplicaExchange:
                 fetches.append(mine[i])
             fetches.sort(key=Fetch.where)
         send = torch.empty(parcel.size if parcel else 0, dtype=torch.uint8)
+        send_host = send.numpy()
 
-        def keep(fetch: Fetch, data: torch.Tensor | None) -> None:
+        def keep(fetch: Fetch, data) -> None:
             consume(fetch, data)
             start = slot_of.get(id(fetch), -1)
-            if start >= 0:  # a shared fetch: buffered, `data` holds its bytes
-                send[start : start + fetch.length].copy_(data)
+            if start >= 0:  # a shared fetch: buffered, `data` (numpy uint8) holds its bytes
+                send_host[start : start + fetch.length] = data
 
         windows = make_windows(fetches, self.window_bytes)
         run_windows(windows, ranges, keep if slot_of else consume, self.stats)
@@ -234,9 +235,10 @@ class ReplicaExchange:
 
     def _consume_parcel(self, parcel: Parcel, buffer: torch.Tensor, mine: list, consume) -> None:
         """Decodes a received parcel with this rank's own Fetches (bytes into their targets)."""
+        host = buffer.numpy()  # slots as numpy views, as `pipeline.run_windows` gives them
         for i, slot in zip(parcel.ids.tolist(), parcel.slots, strict=True):
             start = max(slot, 0)  # an empty range has no slot
-            consume(mine[i], buffer[start : start + mine[i].length])
+            consume(mine[i], host[start : start + mine[i].length])
 
     def _as_load_error(self, error: BaseException) -> CheckpointReadError:
         if isinstance(error, CheckpointReadError):
