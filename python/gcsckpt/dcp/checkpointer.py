@@ -119,7 +119,9 @@ class GCSCheckpointer:
     Raises:
         ValueError: an unknown mode, a bad root, keep_latest or keep_every (a bad writer
             option, at the first save). RuntimeError: "process" mode from a script's top level
-            without an `if __name__ == "__main__":` guard (the message says what to add).
+            without an `if __name__ == "__main__":` guard (the message says what to add);
+            a failed start of the checkpoint process surfaces at the first save, as
+            CheckpointSaveError.
     """
 
     def __init__(
