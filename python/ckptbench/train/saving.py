@@ -113,15 +113,19 @@ def _checkpointer(mode: str, endpoint: str | None, group: Any, local_dir: str | 
 
 
 def prepare_saver(arm: str, endpoint: str | None, group: Any, root: str, folder: str) -> None:
-    """Makes the arm's GCSCheckpointer before the loop, as a job does at its start (in
-    "process" mode this starts torch's checkpoint process, in the background); nothing for
-    the other arms. ``root`` is the run's ``gs://bucket/prefix`` and ``folder`` the local
-    tier's ``local_dir`` (the local-tier arm's), the same the loop's saves pass."""
+    """Makes the arm's GCSCheckpointer before the loop, as a job does at its start, and waits
+    for "process" mode's checkpoint process to run (its start overlaps a real job's model
+    building and loading; the loop measures the steady state); nothing for the other arms.
+    ``root`` is the run's ``gs://bucket/prefix`` and ``folder`` the local tier's ``local_dir``
+    (the local-tier arm's), the same the loop's saves pass."""
     writer_name, mode = arm_parts(arm)
+    checkpointer = None
     if writer_name == CANDIDATE:
-        _checkpointer(mode, endpoint, group, None, None)
+        checkpointer = _checkpointer(mode, endpoint, group, None, None)
     elif writer_name == LOCAL_TIER:
-        _checkpointer(mode, endpoint, group, folder, root)
+        checkpointer = _checkpointer(mode, endpoint, group, folder, root)
+    if checkpointer is not None:
+        checkpointer.checkpoint_pid()  # "process": waits for its start; else None at once
 
 
 def close_savers() -> None:
