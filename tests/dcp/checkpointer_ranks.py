@@ -12,10 +12,12 @@ import os
 import re
 from typing import Any
 
+import psutil
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from async_ranks import BUCKET, Trainer, load_local, local_values, mismatches
+from torch.distributed.checkpoint import _async_process_executor as torch_process
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from torch.distributed.tensor import DTensor
 
@@ -176,4 +178,70 @@ def run_steps(rank: int, endpoint: str, local_dir: str) -> dict[str, Any]:
     report["older"] = (again.load(state, step=3), again.last_load["source"])
     report["older_mismatches"] = mismatches(local_values(state), snapshots[3])
     again.close()
+    return report
+
+
+def _spawned_children() -> set[int]:
+    """Pids of this rank's multiprocessing "spawn" children (torch's checkpoint process is
+    one; the resource tracker is not)."""
+    pids = set()
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if any("spawn_main" in part for part in child.cmdline()):
+                pids.add(child.pid)
+        except psutil.Error:
+            continue
+    return pids
+
+
+def _running(pid: int | None) -> bool:
+    if pid is None or not psutil.pid_exists(pid):
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _torch_pid() -> int | None:
+    proc = torch_process._CHECKPOINT_PROCESS
+    return None if proc is None else proc._save_process.pid
+
+
+def process_lifecycle(rank: int, endpoint: str) -> dict[str, Any]:
+    """GCSCheckpointer("process"): its checkpoint process runs once the checkpointer is made,
+    before any save; two saves use it (no new process); a second checkpointer shares it; the
+    last close() stops it. Returns pids, liveness and the loads' mismatches."""
+    trainer = Trainer()
+    before = _spawned_children()
+    ckpt = GCSCheckpointer("process", endpoint=endpoint, thread_count=1)
+    pid = ckpt.checkpoint_pid()
+    report: dict[str, Any] = {
+        "new_at_construction": sorted(_spawned_children() - before) == [pid],
+        "parent_is_rank": psutil.Process(pid).ppid() == os.getpid(),
+        "running_before_save": _running(pid),
+        "torch_uses_it": _torch_pid() == pid,
+    }
+    constructed = _spawned_children()
+    snapshots = []
+    for i in range(2):
+        trainer.step()
+        state = trainer.state()
+        snapshots.append(local_values(state))
+        ckpt.save(state, f"gs://{BUCKET}/lifecycle/{i}").result()
+        _bump(state)
+    report["new_at_saves"] = sorted(_spawned_children() - constructed)
+    report["torch_uses_it_after_saves"] = _torch_pid() == pid
+    other = GCSCheckpointer("process", endpoint=endpoint, thread_count=1)
+    report["shared"] = other.checkpoint_pid() == pid
+    ckpt.close()
+    report["running_after_first_close"] = _running(pid)
+    other.close()
+    report["running_after_last_close"] = _running(pid)
+    report["torch_global_after_close"] = _torch_pid()
+    report["children_after_close"] = sorted(_spawned_children() - before)
+    dist.barrier()
+    report["mismatches"] = [
+        mismatches(load_local(endpoint, f"lifecycle/{i}"), s) for i, s in enumerate(snapshots)
+    ]
     return report

@@ -1,7 +1,8 @@
 """GCSCheckpointer on 2 gloo ranks against a local endpoint: each mode's round trip exact at its
 step with the state changed right after the call (staging really copied), the plan cache reused
 for an unchanged layout and a fresh plan for a changed one, and PROCESS-mode saves that build
-the writer's clients once in torch's checkpoint process; a run's steps under FSDP2 (retention,
+the writer's clients once in torch's checkpoint process, started with the checkpointer (before
+any save) and stopped by close(); a run's steps under FSDP2 (retention,
 the local tier, GCS when one rank lacks its copy)."""
 
 from __future__ import annotations
@@ -53,6 +54,22 @@ def test_process_mode_builds_the_writers_clients_once(gcs, tmp_path):
         assert all(e["builds"].get("store", 0) <= 1 for e in entries)
         assert len({e["uploader"] for e in entries}) == 1
         assert report["mismatches"] == [[], [], []]
+
+
+def test_process_mode_starts_its_process_with_the_checkpointer_and_close_stops_it(gcs):
+    for report in _run(checkpointer_ranks.process_lifecycle, gcs.endpoint):
+        assert report["new_at_construction"] is True  # one spawn child, before any save
+        assert report["parent_is_rank"] is True
+        assert report["running_before_save"] is True
+        assert report["torch_uses_it"] is True  # torch's saves find it: they start none
+        assert report["new_at_saves"] == []
+        assert report["torch_uses_it_after_saves"] is True
+        assert report["shared"] is True  # a second checkpointer of the rank uses the same
+        assert report["running_after_first_close"] is True
+        assert report["running_after_last_close"] is False
+        assert report["torch_global_after_close"] is None
+        assert report["children_after_close"] == []  # no orphan
+        assert report["mismatches"] == [[], []]
 
 
 def test_run_steps_retention_and_local_tier_on_fsdp2(gcs, tmp_path):

@@ -126,6 +126,11 @@ def _loop(job: TrainJob, trainer: Any, config: dict, scratch: str, start: Callab
         checkpoints.append(Checkpoint(step, call_s, wait_s, max(durable, call_s)))
         return ended - began
 
+    # gcsckpt's checkpointer is made before the clock starts, as a job makes it at its start
+    # ("process": its checkpoint process running; docs/measurements.md has the start's cost).
+    saving.prepare_saver(
+        job.arm, job.endpoint, group, f"gs://{job.bucket}/{job.prefix}", _tier_folder(job, scratch)
+    )
     release_free_memory()
     dist.barrier()
     rss_start = _tree_rss()

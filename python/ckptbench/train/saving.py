@@ -79,17 +79,27 @@ def gcsckpt_save(
       ValueError: an unknown mode, a ``local_dir`` save to a url that is not ``<root>/step-N``;
         what the save raises.
     """
-    from gcsckpt.dcp import GCSCheckpointer
-
     root = step = None
     if local_dir is not None:
         root, _, number = url.rstrip("/").rpartition("/step-")
         if not root or not number.isdigit():
             raise ValueError(f"a local-tier save needs <root>/step-N, got {url!r}")
         step = int(number)
+    checkpointer = _checkpointer(mode, endpoint, group, local_dir, root)
+    if step is not None:
+        return checkpointer.save(state, step=step)
+    return checkpointer.save(state, url)
+
+
+def _checkpointer(mode: str, endpoint: str | None, group: Any, local_dir: str | None, root):
+    """The rank's GCSCheckpointer for (mode, endpoint, group, local_dir, root), made once."""
+    from gcsckpt.dcp import GCSCheckpointer
+
     key = (mode, endpoint, id(group), local_dir, root)
     checkpointer = _CHECKPOINTERS.get(key)
     if checkpointer is None:
+        if mode == "process" and "MASTER_ADDR" not in os.environ:
+            os.environ["MASTER_ADDR"] = "127.0.0.1"  # the checkpoint process's store
         checkpointer = GCSCheckpointer(
             mode,
             root=root,
@@ -99,9 +109,23 @@ def gcsckpt_save(
             overwrite=True,
         )
         _CHECKPOINTERS[key] = checkpointer
-    if step is not None:
-        return checkpointer.save(state, step=step)
-    return checkpointer.save(state, url)
+    return checkpointer
+
+
+def prepare_saver(arm: str, endpoint: str | None, group: Any, root: str, folder: str) -> None:
+    """Makes the arm's GCSCheckpointer before the loop, as a job does at its start, and waits
+    for "process" mode's checkpoint process to run (its start overlaps a real job's model
+    building and loading; the loop measures the steady state); nothing for the other arms.
+    ``root`` is the run's ``gs://bucket/prefix`` and ``folder`` the local tier's ``local_dir``
+    (the local-tier arm's), the same the loop's saves pass."""
+    writer_name, mode = arm_parts(arm)
+    checkpointer = None
+    if writer_name == CANDIDATE:
+        checkpointer = _checkpointer(mode, endpoint, group, None, None)
+    elif writer_name == LOCAL_TIER:
+        checkpointer = _checkpointer(mode, endpoint, group, folder, root)
+    if checkpointer is not None:
+        checkpointer.checkpoint_pid()  # "process": waits for its start; else None at once
 
 
 def close_savers() -> None:

@@ -3,7 +3,9 @@
 It wires torch's pieces the way that costs the training loop least (docs/measurements.md,
 "Cutting the stall"): one `DefaultStager` kept for the whole run, so an async save copies the
 state into the same host buffers every time (pinned on CUDA, shared memory for the checkpoint
-process) instead of touching fresh pages; one `GCSSavePlanner`, so saves 2..N reuse the first
+process) instead of touching fresh pages; in PROCESS mode, torch's checkpoint process started
+with the checkpointer, in the background, instead of inside the first save
+(`gcsckpt.dcp.checkpoint_process`); one `GCSSavePlanner`, so saves 2..N reuse the first
 save's plans and Metadata; a GCSStorageWriter per save whose clients come from
 `gcsckpt.dcp.engines` (built once per process: in PROCESS mode, once in torch's checkpoint
 process); and the save's threads at background priority. Because the staging buffers are
@@ -32,6 +34,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
+from gcsckpt.dcp import checkpoint_process
 from gcsckpt.dcp.checkpoint_errors import (
     CheckpointError,
     CheckpointLoadError,
@@ -92,8 +95,9 @@ class GCSCheckpointer:
     Args:
         mode: "thread" (default: `dcp.async_save` with the upload in a thread of the rank),
             "process" (the upload in torch's checkpoint process, off the trainer's GIL; the
-            script needs an `if __name__ == "__main__":` guard), or "sync" (`dcp.save`:
-            returns once committed).
+            process starts here, in the background, and `close()` stops it; the script needs
+            an `if __name__ == "__main__":` guard), or "sync" (`dcp.save`: returns once
+            committed).
         root: the run's `gs://bucket/prefix`: steps are `root/step-N`. Needed by `save(step=)`,
             `steps`, `latest` and `load`.
         keep_latest: K >= 1: after each committed save, delete (rank 0, in a background thread)
@@ -115,7 +119,9 @@ class GCSCheckpointer:
     Raises:
         ValueError: an unknown mode, a bad root, keep_latest or keep_every (a bad writer
             option, at the first save). RuntimeError: "process" mode from a script's top level
-            without an `if __name__ == "__main__":` guard (the message says what to add).
+            without an `if __name__ == "__main__":` guard (the message says what to add);
+            a failed start of the checkpoint process surfaces at the first save, as
+            CheckpointSaveError.
     """
 
     def __init__(
@@ -182,6 +188,21 @@ class GCSCheckpointer:
         self._retention: ThreadPoolExecutor | None = None
         self._retention_runs: list[Future] = []
         self.last_load: dict[str, Any] = {}
+        # "process": torch's checkpoint process starts now, in the background, not in save 1.
+        self._process = checkpoint_process.acquire(process_group) if mode == "process" else None
+
+    def checkpoint_pid(self) -> int | None:
+        """The pid of the checkpoint process this checkpointer started ("process" mode),
+        once it runs (waits for its start); None in other modes, after `close()`, or when torch
+        started it (an earlier plain PROCESS `async_save`) or will at the first save.
+
+        Raises:
+            RuntimeError: the process failed to start.
+        """
+        if self._process is None:
+            return None
+        self._process.wait_ready()
+        return self._process.pid
 
     # -- saves ---------------------------------------------------------------------------------
     def save(
@@ -236,6 +257,8 @@ class GCSCheckpointer:
             else AsyncCheckpointerType.THREAD
         )
         try:
+            if self._process is not None:
+                self._process.wait_ready()  # what is left of its start (usually nothing)
             upload = dcp.async_save(
                 state_dict,
                 storage_writer=writer,
@@ -532,8 +555,9 @@ class GCSCheckpointer:
         return deleted
 
     def close(self) -> None:
-        """Waits for the save in flight, its local copy and retention, and frees the staging
-        buffers; call once at the end.
+        """Waits for the save in flight, its local copy and retention, stops the checkpoint
+        process it started ("process" mode; the rank's last checkpointer using it) and frees
+        the staging buffers; call once at the end.
 
         Raises:
             CheckpointSaveError: the save in flight failed.
@@ -544,6 +568,8 @@ class GCSCheckpointer:
             if self._retention is not None:
                 self._retention.shutdown(wait=True)
                 self._retention = None
+            process, self._process = self._process, None
+            checkpoint_process.release(process)
             if self._stager is not None:
                 self._stager.close()
                 self._stager = None
