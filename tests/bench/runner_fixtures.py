@@ -55,8 +55,8 @@ def save_checkpoints(config: RunConfig) -> dict[str, SetupManifest]:
     """
     # Imported here: ranks on the dataflux arm's venv import this module for interpreter_facts,
     # and that venv has no matplotlib (the runner's publishers import it).
+    from ckptbench.harness.launch import SpawnLauncher
     from ckptbench.runner.benchmark import _Run
-    from ckptbench.runner.launch import SpawnLauncher
     from ckptbench.runner.storage import BenchStorage
 
     with BenchStorage(config.bucket, config.endpoint) as storage:

@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 
+from ckptbench.harness.job import RankFailure
 from ckptbench.record.case_result import CaseInfo, RankSave
 from ckptbench.runner.benchmark import save_case_info
 from ckptbench.runner.case_verdict import load_result, save_result
 from ckptbench.runner.manifest import SetupManifest
 from ckptbench.worker.jobs import RankLoadResult, RankRound
-from ckptbench.worker.rank import RankFailure
 from ckptbench.workloads.parallel.dims import ParallelDims
 
 

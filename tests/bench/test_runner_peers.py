@@ -20,11 +20,11 @@ import urllib.request
 import pytest
 
 from ckptbench.cases.selection import override_world_size
+from ckptbench.harness.launch import JobError, SpawnLauncher
 from ckptbench.harness.local_ranks import LocalRanks
 from ckptbench.record.case_result import CaseInfo
 from ckptbench.runner.benchmark import _Run, run_benchmark, save_case_info
 from ckptbench.runner.case_verdict import load_result
-from ckptbench.runner.launch import JobError, SpawnLauncher
 from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
 from ckptbench.worker.jobs import LoadJob

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from ckptbench.harness.job import RankFailure
 from ckptbench.record.case_result import RankSave
 from ckptbench.worker.jobs import RankLoadResult, RankRound, with_verification
-from ckptbench.worker.rank import RankFailure
 
 
 def _save_measures(rank: int, start: float) -> RankSave:

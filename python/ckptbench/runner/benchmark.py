@@ -30,7 +30,10 @@ from rich.console import Console
 from ckptbench.cases.catalogue import Case
 from ckptbench.ceiling.download import measure_download_ceiling
 from ckptbench.ceiling.upload import measure_upload_ceiling
+from ckptbench.harness.job import RankFailure
+from ckptbench.harness.launch import JobError, SpawnLauncher
 from ckptbench.harness.local_ranks import backend_for
+from ckptbench.harness.rounds import interleave
 from ckptbench.publish.report import PublishedReport, publish_report
 from ckptbench.publish.train_table import print_train_table
 from ckptbench.record.case_result import CaseInfo, CaseResult, RunContext
@@ -46,7 +49,6 @@ from ckptbench.runner.case_verdict import (
     timed_windows,
 )
 from ckptbench.runner.config import RunConfig
-from ckptbench.runner.launch import JobError, SpawnLauncher
 from ckptbench.runner.manifest import (
     SetupManifest,
     delete_prefix,
@@ -66,7 +68,6 @@ from ckptbench.worker.jobs import (
     VerifySaveJob,
     with_verification,
 )
-from ckptbench.worker.rank import RankFailure
 from ckptbench.workloads.parallel.app_state import state_config_hash
 from gcsckpt.io.defaults import MAX_INFLIGHT_UPLOADS
 
@@ -295,24 +296,23 @@ class _Run:
         parts: dict[str, list[list[Any]]] = {arm: [] for arm in jobs}
         errors: dict[str, str | None] = {arm: None for arm in jobs}
         usages: dict[str, list[Any]] = {arm: [] for arm in jobs}
-        stopped: set[str] = set()
-        for index in range(max(rounds for _, rounds in jobs.values())):
-            for arm, (template, rounds) in jobs.items():
-                if index >= rounds or arm in stopped:
-                    continue
-                job = dataclasses.replace(template, first_round=index)
-                try:
-                    gathered, error, usage = self._job_round(job)
-                except Exception as err:  # e.g. a job that cannot start: this arm fails
-                    gathered, error, usage = None, f"{type(err).__name__}: {err}", None
-                if usage is not None:
-                    usages[arm].append(usage)
-                if gathered is not None:
-                    parts[arm].append(gathered)
-                bad = error is not None or gathered is None or _any_failed(gathered)
-                if bad:
-                    errors[arm] = errors[arm] or error
-                    stopped.add(arm)
+
+        def one_round(arm: str, index: int) -> bool:
+            job = dataclasses.replace(jobs[arm][0], first_round=index)
+            try:
+                gathered, error, usage = self._job_round(job)
+            except Exception as err:  # e.g. a job that cannot start: this arm fails
+                gathered, error, usage = None, f"{type(err).__name__}: {err}", None
+            if usage is not None:
+                usages[arm].append(usage)
+            if gathered is not None:
+                parts[arm].append(gathered)
+            if error is not None or gathered is None or _any_failed(gathered):
+                errors[arm] = errors[arm] or error
+                return False
+            return True
+
+        interleave({arm: rounds for arm, (_, rounds) in jobs.items()}, one_round)
         return {
             arm: (
                 merge_rank_results(parts[arm]) if parts[arm] else None,

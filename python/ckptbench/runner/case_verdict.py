@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ckptbench.harness.job import RankFailure
 from ckptbench.record.case_result import (
     SCENARIO_WRITE,
     STATUS_FAILED,
@@ -22,7 +23,6 @@ from ckptbench.record.case_result import (
 from ckptbench.record.resources import ResourceUsage
 from ckptbench.runner.manifest import SetupManifest
 from ckptbench.worker.jobs import RankLoadResult, RankRound
-from ckptbench.worker.rank import RankFailure
 
 _LISTED = 3  # keys named per failing rank in a message
 _PROBLEMS = 4  # problems quoted in one error message; the rest are counted

@@ -1,16 +1,17 @@
 """What the runner asks rank processes to do, and what they answer (picklable, no torch).
 
-A job runs on every rank of one case's world. ``SetupJob`` builds the case's state with the save
-seed and writes the checkpoint plus per-rank checksums; ``LoadJob`` runs the timed rounds with one
-reader and verifies each load; ``SaveJob`` runs timed saves with one writer and verifies each one
-by loading it back with the stock reader. Every rank returns one result; rank results are
-gathered so each rank (and the runner) sees all of them in rank order.
+A job runs on every rank of one case's world (``harness.job.Job``: its ``entry`` names the rank
+function in ``setup_job``, ``load_job`` or ``save_job``). ``SetupJob`` builds the case's state
+with the save seed and writes the checkpoint plus per-rank checksums; ``LoadJob`` runs the timed
+rounds with one reader and verifies each load; ``SaveJob`` runs timed saves with one writer and
+verifies each one by loading it back with the stock reader. Every rank returns one result; rank
+results are gathered so each rank (and the runner) sees all of them in rank order.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 from ckptbench.record.case_result import RankSave
 from ckptbench.roles import READERS, WRITERS
@@ -69,6 +70,9 @@ class SetupJob:
       device: ``cpu`` or ``cuda``.
     """
 
+    entry: ClassVar[str] = "ckptbench.worker.setup_job:run_setup"
+    python: ClassVar[None] = None  # always the runner's interpreter
+
     case: Any
     storage: Storage
     device: str = "cpu"
@@ -77,6 +81,11 @@ class SetupJob:
     def label(self) -> str:
         """Short description for progress lines and errors."""
         return f"setup {self.case.name}"
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the job runs on: the case's."""
+        return self.case.world_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +99,8 @@ class LoadJob:
       first_round: index of the first of them in the case's rounds (its seed and label), so a
         runner that interleaves arms one round per job still gives every round its own seed.
     """
+
+    entry: ClassVar[str] = "ckptbench.worker.load_job:run_load"
 
     case: Any
     storage: Storage
@@ -108,6 +119,11 @@ class LoadJob:
     def label(self) -> str:
         """Short description for progress lines and errors."""
         return f"load {self.case.name} with {self.reader}"
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the job runs on: the case's."""
+        return self.case.world_size
 
     @property
     def python(self) -> str | None:
@@ -130,6 +146,8 @@ class SaveJob:
         (``arms.local_save_root``: ``/dev/shm`` when it has room); None: the job's scratch dir.
     """
 
+    entry: ClassVar[str] = "ckptbench.worker.save_job:run_save"
+
     case: Any
     storage: Storage
     writer: str
@@ -151,6 +169,11 @@ class SaveJob:
         return f"save {self.case.name} with {self.writer}"
 
     @property
+    def world_size(self) -> int:
+        """Ranks the job runs on: the case's."""
+        return self.case.world_size
+
+    @property
     def python(self) -> str | None:
         """The interpreter its ranks run on (None: the runner's; see ``arms.arm_python``)."""
         return arm_python(self.writer)
@@ -165,6 +188,9 @@ class VerifySaveJob:
       case, storage, device, writer, first_round: as in the SaveJob.
     """
 
+    entry: ClassVar[str] = "ckptbench.worker.save_job:run_verify_save"
+    python: ClassVar[None] = None  # always the runner's interpreter
+
     case: Any
     storage: Storage
     writer: str
@@ -175,6 +201,11 @@ class VerifySaveJob:
     def label(self) -> str:
         """Short description for progress lines and errors."""
         return f"verify the save of {self.case.name} by {self.writer}"
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the job runs on: the case's."""
+        return self.case.world_size
 
 
 def with_verification(saved: list[Any], verified: list[Any]) -> list[Any]:
