@@ -17,16 +17,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from ckptbench.record.case_result import SCENARIO_READ, SCENARIO_WRITE
-from ckptbench.record.metrics import (
+from ckptbench.record.columns import (
     CEILING_RATIO_COLUMN,
     CLIENT_CPU_PER_GB_COLUMN,
     DATA_PHASE_THROUGHPUT_COLUMN,
     ENDPOINT_CPU_PER_GB_COLUMN,
     STORAGE_RATIO_COLUMN,
     THROUGHPUT_COLUMN,
-    best_peer,
-    is_peer,
 )
+from ckptbench.record.compare import best_peer, is_peer
 
 Row = Mapping[str, Any]
 _MB = 1e6
@@ -244,7 +243,7 @@ def load_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = 
     loaded, and storage bytes fetched over checkpoint bytes; "" when there are none.
 
     Args:
-      rows: result rows with the ceiling columns filled in (``metrics.add_ceiling_columns``).
+      rows: result rows with the ceiling columns filled in (``compare.add_ceiling_columns``).
       candidate, baseline: the arms put first.
     """
     loads = [r for r in rows if r.get("workload_scenario", SCENARIO_READ) == SCENARIO_READ]

@@ -2,5 +2,7 @@
 
 ``case_result`` (one case and reader: rounds, counters, verdict), ``host`` (machine and software
 facts), ``resources`` (CPU and memory of the process tree), ``progress`` (live progress from the
-ranks), ``metrics`` (a CaseResult -> one flat result row).
+ranks), ``metrics`` (a CaseResult -> one flat result row; a save's columns in
+``save_columns``), ``columns`` (the column names several modules read), ``compare`` (ratios
+between rows: baseline, best peer, reference, ceiling).
 """
