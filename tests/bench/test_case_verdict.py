@@ -9,7 +9,7 @@ import pytest
 
 from ckptbench.harness.job import RankFailure
 from ckptbench.record.case_result import CaseInfo, RankSave
-from ckptbench.runner.benchmark import save_case_info
+from ckptbench.runner.case_run import save_case_info
 from ckptbench.runner.case_verdict import load_result, save_result
 from ckptbench.runner.manifest import SetupManifest
 from ckptbench.worker.jobs import RankLoadResult, RankRound
