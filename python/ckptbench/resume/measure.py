@@ -20,6 +20,7 @@ from typing import Any
 from ckptbench.harness.job import RankFailure
 from ckptbench.harness.launch import JobError, SpawnLauncher
 from ckptbench.harness.rounds import interleave
+from ckptbench.publish.markdown import markdown_table
 from ckptbench.resume import rank
 from ckptbench.resume.jobs import RestartJob, SaveStateJob
 from ckptbench.resume.listing import split_url
@@ -191,12 +192,12 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     gcsckpt's speed-up over stock (stock mean / gcsckpt mean) when both ran, and the local
     tier's over both."""
     head = ["reader", "round", *PHASES, "total_s", "step", "source", "verified"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for row in rows:
         cells = [row["reader"], str(row["round"])]
         cells += [f"{row[k]:.2f}" for k in (*PHASES, "total_s")]
         cells += [str(row["step"]), row.get("source", "gcs"), "yes" if row["verified"] else "NO"]
-        lines.append("| " + " | ".join(cells) + " |")
+        body.append(cells)
     means = {}
     for reader in dict.fromkeys(r["reader"] for r in rows):
         mine = [r for r in rows if r["reader"] == reader]
@@ -204,7 +205,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         cells = [f"{reader} mean", str(len(mine))] + [
             f"{means[reader][k]:.2f}" for k in means[reader]
         ]
-        lines.append("| " + " | ".join(cells + ["", "", ""]) + " |")
+        body.append(cells + ["", "", ""])
+    lines = [markdown_table(head, body)]
     if "gcsckpt" in means and "fsspec" in means:
         ours, stock = means["gcsckpt"], means["fsspec"]
         lines.append(
