@@ -195,19 +195,30 @@ def restart_rank(job: RestartJob, report: Any = None) -> RankRestart:
         storage_reader = arms.make_reader(reader, bucket, folder, endpoint)
         dcp.load(state.state_dict, storage_reader=storage_reader, planner=planner)
         _apply(state)
+    return _first_step(state, (entered, built, found), step, planner.committed_tensor_bytes)
+
+
+def _first_step(
+    state: RankState,
+    stamps: tuple[float, float, float],
+    step: int | None,
+    committed_bytes: int | None,
+    source: str = "gcs",
+) -> RankRestart:
+    """Ends the load phase (barrier), runs the first step on the loaded state and returns the
+    rank's RankRestart; ``stamps``: (entered, built, found)."""
     loaded = _now()
     loss_hex = train_step(state, (step or 0) + 1)
     stepped = _now()
     return RankRestart(
-        entered=entered,
-        built=built,
-        found=found,
+        *stamps,
         loaded=loaded,
         stepped=stepped,
         step=step,
         first=FirstStep(loss_hex, state_digest(state)),
-        committed_bytes=planner.committed_tensor_bytes,
+        committed_bytes=committed_bytes,
         expected_bytes=expected_bytes(state.state_dict),
+        source=source,
     )
 
 
@@ -242,18 +253,4 @@ def _restart_with_manager(
     ckpt.close()
     if step is not None:
         _apply(state)
-    loaded = _now()
-    loss_hex = train_step(state, (step or 0) + 1)
-    stepped = _now()
-    return RankRestart(
-        entered=entered,
-        built=built,
-        found=found,
-        loaded=loaded,
-        stepped=stepped,
-        step=step,
-        first=FirstStep(loss_hex, state_digest(state)),
-        committed_bytes=None,
-        expected_bytes=expected_bytes(state.state_dict),
-        source=source,
-    )
+    return _first_step(state, (entered, built, found), step, None, source)
