@@ -212,21 +212,21 @@ def with_verification(saved: list[Any], verified: list[Any]) -> list[Any]:
     """Per rank: the save job's timed round joined with the verify job's checks.
 
     Args:
-      saved: gathered RankLoadResults of a one-round ``SaveJob(verify=False)``.
-      verified: gathered results of the matching ``VerifySaveJob`` (RankLoadResult or a
+      saved: gathered RankSaveResults of a one-round ``SaveJob(verify=False)``.
+      verified: gathered results of the matching ``VerifySaveJob`` (RankSaveResult or a
         failure record with ``message``).
 
     Returns:
-      Gathered RankLoadResults as a verifying SaveJob would have returned them; a rank whose
+      Gathered RankSaveResults as a verifying SaveJob would have returned them; a rank whose
       verification failed carries its error and no round.
     """
     joined: list[Any] = []
     for save, check in zip(saved, verified, strict=True):
         error = getattr(check, "error", None) or getattr(check, "message", None)
-        if not isinstance(save, RankLoadResult) or save.error:
+        if not isinstance(save, RankSaveResult) or save.error:
             joined.append(save)
-        elif error or not isinstance(check, RankLoadResult):
-            joined.append(RankLoadResult(save.rank, (), error=error or "verification failed"))
+        elif error or not isinstance(check, RankSaveResult):
+            joined.append(RankSaveResult(save.rank, (), error=error or "verification failed"))
         else:
             timed = save.rounds[0]
             done = dataclasses.replace(
@@ -235,7 +235,7 @@ def with_verification(saved: list[Any], verified: list[Any]) -> list[Any]:
                 end_unix_s=timed.end_unix_s,
                 save=timed.save,
             )
-            joined.append(RankLoadResult(save.rank, (done,), written_bytes=check.written_bytes))
+            joined.append(RankSaveResult(save.rank, (done,), written_bytes=check.written_bytes))
     return joined
 
 
@@ -290,15 +290,30 @@ class RankRound:
 
 @dataclasses.dataclass(frozen=True)
 class RankLoadResult:
-    """One rank's rounds; ``error`` is set when a round raised (rounds holds those before it).
+    """One rank's timed loads; ``error`` is set when a round raised (rounds holds those before
+    it)."""
 
-    For a SaveJob each RankRound times one ``dcp.save``; its checksums and committed bytes are
-    those of loading the saved checkpoint back with the stock reader into a fresh state.
-    ``written_bytes`` (rank 0 only, one per round) are the bytes the save left in storage
-    (every object of the round's folder, ``.metadata`` included).
+    rank: int
+    rounds: tuple[RankRound, ...]
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RankSaveResult:
+    """One rank's timed saves; ``error`` is set when a save or its verification raised (rounds
+    holds those before it).
+
+    Each RankRound times one ``dcp.save``; its checksums and committed bytes are those of
+    loading the saved checkpoint back with the stock reader into a fresh state, its ``save``
+    the rank's own memory and phase measures. ``written_bytes`` (rank 0 only, one per round)
+    are the bytes the save left in storage (every object of the round's folder, ``.metadata``
+    included).
     """
 
     rank: int
     rounds: tuple[RankRound, ...]
     error: str | None = None
     written_bytes: tuple[int, ...] = ()
+
+
+RANK_RESULTS = (RankLoadResult, RankSaveResult)  # what a load or save job's rank answers

@@ -33,8 +33,8 @@ from ckptbench.roles import LOCALFS
 from ckptbench.worker import arms
 from ckptbench.worker.jobs import (
     SAVE_SEED,
-    RankLoadResult,
     RankRound,
+    RankSaveResult,
     SaveJob,
     VerifySaveJob,
     round_seed,
@@ -146,7 +146,7 @@ def _round_state(job: SaveJob | VerifySaveJob, index: int, mesh: Any, device: An
     )
 
 
-def run_save(job: SaveJob, report) -> RankLoadResult:
+def run_save(job: SaveJob, report) -> RankSaveResult:
     """Runs ``job.rounds`` timed saves on this rank and, with ``job.verify``, verifies each one.
 
     Args:
@@ -154,7 +154,7 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
       report: ``report(phase, completed, total)`` progress callback.
 
     Returns:
-      RankLoadResult (rounds time the saves; see ``jobs.RankLoadResult``); when ``dcp.save`` or
+      RankSaveResult (see ``jobs.RankSaveResult``); when ``dcp.save`` or
       the verifying load raises, ``error`` says why and ``rounds`` holds the rounds before it.
       Without ``job.verify`` each round is timed only (``VerifySaveJob`` checks it later) and
       the save's objects stay in place.
@@ -204,7 +204,7 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
                         shutil.rmtree(folder, ignore_errors=True)
                 elif store is not None:
                     empty_prefix(store, job.storage.bucket, prefix)  # a failed save leaves nothing
-                return RankLoadResult(rank, tuple(rounds), error=describe_error(err))
+                return RankSaveResult(rank, tuple(rounds), error=describe_error(err))
             finally:
                 if profile is not None:
                     profile.close()
@@ -228,22 +228,22 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
                 local_folder=folder,
             )
             if error is not None:
-                return RankLoadResult(rank, tuple(rounds), error=error)
+                return RankSaveResult(rank, tuple(rounds), error=error)
             rounds.append(done)
             if size is not None:
                 written.append(size)
     finally:
         if store is not None:
             store.close()
-    return RankLoadResult(rank, tuple(rounds), written_bytes=tuple(written))
+    return RankSaveResult(rank, tuple(rounds), written_bytes=tuple(written))
 
 
-def run_verify_save(job: VerifySaveJob, report) -> RankLoadResult:
+def run_verify_save(job: VerifySaveJob, report) -> RankSaveResult:
     """Verifies round ``job.first_round`` of a save made by a ``SaveJob(verify=False)``: rebuilds
     the state it saved (same seed), loads the save back with the stock reader and compares.
 
     Returns:
-      RankLoadResult with one round carrying the verification (its times are 0: the save job
+      RankSaveResult with one round carrying the verification (its times are 0: the save job
       has them; ``jobs.with_verification`` joins the two), or ``error``.
     """
     rank = dist.get_rank()
@@ -262,5 +262,5 @@ def run_verify_save(job: VerifySaveJob, report) -> RankLoadResult:
         if store is not None:
             store.close()
     if error is not None:
-        return RankLoadResult(rank, (), error=error)
-    return RankLoadResult(rank, (done,), written_bytes=() if size is None else (size,))
+        return RankSaveResult(rank, (), error=error)
+    return RankSaveResult(rank, (done,), written_bytes=() if size is None else (size,))
