@@ -21,10 +21,10 @@ import sys
 
 from absl import app, flags
 
+from ckptbench.harness.launch import SpawnLauncher
 from ckptbench.record.case_result import RunContext
 from ckptbench.record.host import collect_host_facts
 from ckptbench.runner.benchmark import RESULTS_ROOT, new_run_id
-from ckptbench.runner.launch import SpawnLauncher
 from ckptbench.runner.storage import DEFAULT_LOCAL_DIR, BenchStorage
 from ckptbench.train.model import LAYOUTS, SCALES
 from ckptbench.train.run import TrainSettings, publish_training, run_training, training_rows

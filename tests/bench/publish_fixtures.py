@@ -13,8 +13,9 @@ from ckptbench.record.case_result import (
     RoundRecord,
     RunContext,
 )
+from ckptbench.record.compare import add_baseline_ratios
 from ckptbench.record.host import HostFacts
-from ckptbench.record.metrics import add_baseline_ratios, case_row
+from ckptbench.record.metrics import case_row
 from ckptbench.record.resources import ResourceUsage
 from ckptbench.workloads.parallel.dims import ParallelDims
 

@@ -55,13 +55,13 @@ def save_checkpoints(config: RunConfig) -> dict[str, SetupManifest]:
     """
     # Imported here: ranks on the dataflux arm's venv import this module for interpreter_facts,
     # and that venv has no matplotlib (the runner's publishers import it).
-    from ckptbench.runner.benchmark import _Run
-    from ckptbench.runner.launch import SpawnLauncher
+    from ckptbench.harness.launch import SpawnLauncher
+    from ckptbench.runner.case_run import CaseRun
     from ckptbench.runner.storage import BenchStorage
 
     with BenchStorage(config.bucket, config.endpoint) as storage:
         launcher = SpawnLauncher(timeout_s=config.job_timeout_s)
-        run = _Run(config, storage, launcher, NoDisplay(), io.StringIO())
+        run = CaseRun(config, storage, launcher, NoDisplay(), io.StringIO())
         return {
             case.name: run.ensure_checkpoint(case, storage.for_case(case.base_name))
             for case in config.selected_cases()

@@ -1,8 +1,8 @@
-"""The run's job-time table (runner.benchmark.phase_table)."""
+"""The run's job-time table (runner.notes.phase_table)."""
 
 from __future__ import annotations
 
-from ckptbench.runner.benchmark import phase_table
+from ckptbench.runner.notes import phase_table
 
 
 def test_phase_table_lists_every_job_and_the_totals():

@@ -32,7 +32,7 @@ from ckptbench.publish.schema import (
     load_columns,
     validate_rows,
 )
-from ckptbench.record.metrics import THROUGHPUT_COLUMN
+from ckptbench.record.columns import THROUGHPUT_COLUMN
 from tests.bench.publish_fixtures import RUN, MiB, save_rows, two_reader_rows
 
 PROJECT = "gcsckpt-test"

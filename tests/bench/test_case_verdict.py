@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 
+from ckptbench.harness.job import RankFailure
 from ckptbench.record.case_result import CaseInfo, RankSave
-from ckptbench.runner.benchmark import save_case_info
+from ckptbench.runner.case_run import save_case_info
 from ckptbench.runner.case_verdict import load_result, save_result
 from ckptbench.runner.manifest import SetupManifest
-from ckptbench.worker.jobs import RankLoadResult, RankRound
-from ckptbench.worker.rank import RankFailure
+from ckptbench.worker.jobs import RankLoadResult, RankRound, RankSaveResult
 from ckptbench.workloads.parallel.dims import ParallelDims
 
 
@@ -40,8 +40,8 @@ def test_save_result_takes_rank_0_bytes_and_names_the_save_case():
     assert info.name == "save-x-fsdp-ws2"
     rounds = (_round(1.0),)
     gathered = [
-        RankLoadResult(0, rounds, written_bytes=(1234,)),
-        RankLoadResult(1, rounds),
+        RankSaveResult(0, rounds, written_bytes=(1234,)),
+        RankSaveResult(1, rounds),
     ]
     result = save_result(info, "msc", gathered, 1, writer_options={"thread_count": 4})
     assert (result.status, result.scenario, result.checkpoint_physical_size_bytes) == (
@@ -50,7 +50,7 @@ def test_save_result_takes_rank_0_bytes_and_names_the_save_case():
         1234,
     )
     assert result.checkpoint_object_count is None and result.checksums_verified
-    two = [RankLoadResult(0, rounds * 2, written_bytes=(1234, 999)), RankLoadResult(1, rounds * 2)]
+    two = [RankSaveResult(0, rounds * 2, written_bytes=(1234, 999)), RankSaveResult(1, rounds * 2)]
     uneven = save_result(info, "msc", two, 2, writer_options={})
     assert uneven.status == "failed"
     assert uneven.error_message == "saves of msc wrote different sizes: [999, 1234] bytes"
@@ -109,8 +109,8 @@ def test_save_rounds_carry_each_ranks_measures_into_the_result():
     info = save_case_info(_INFO)
     rounds = [(dataclasses.replace(_round(1.0), save=_save_measures(r, 1.0)),) for r in range(2)]
     gathered = [
-        RankLoadResult(0, rounds[0], written_bytes=(1234,)),
-        RankLoadResult(1, rounds[1]),
+        RankSaveResult(0, rounds[0], written_bytes=(1234,)),
+        RankSaveResult(1, rounds[1]),
     ]
     result = save_result(info, "localfs", gathered, 1, writer_options={})
     assert result.status == "ok"
@@ -118,5 +118,5 @@ def test_save_rounds_carry_each_ranks_measures_into_the_result():
     assert [m.finish_s for m in record.rank_saves] == [0.2, None]
     assert record.data_phase_s == pytest.approx(1.0)
     # A rank without measures (e.g. a writer that never reached write_data): none at all.
-    gathered[1] = RankLoadResult(1, (_round(1.0),))
+    gathered[1] = RankSaveResult(1, (_round(1.0),))
     assert save_result(info, "localfs", gathered, 1, writer_options={}).rounds[0].rank_saves is None

@@ -9,7 +9,8 @@ import pytest
 
 from ckptbench.publish.schema import load_columns, validate_rows
 from ckptbench.publish.table import format_report, load_table, save_table
-from ckptbench.record.metrics import add_ceiling_columns, case_row
+from ckptbench.record.compare import add_ceiling_columns
+from ckptbench.record.metrics import case_row
 from tests.bench.publish_fixtures import (
     RUN,
     SAVE_CASE,

@@ -1,10 +1,10 @@
-"""A failed load's error text (worker.load_job.describe_error)."""
+"""A failed load's error text (harness.job.describe_error)."""
 
 from __future__ import annotations
 
 from torch.distributed.checkpoint.api import CheckpointException
 
-from ckptbench.worker.load_job import describe_error
+from ckptbench.harness.job import describe_error
 
 
 def test_describe_error_keeps_one_line_per_rank():

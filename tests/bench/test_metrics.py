@@ -16,16 +16,15 @@ from ckptbench.record.case_result import (
     RoundRecord,
     rss_bound_bytes,
 )
-from ckptbench.record.metrics import (
+from ckptbench.record.columns import (
     DATA_PHASE_THROUGHPUT_COLUMN,
     RATIO_COLUMN,
     REFERENCE_RATIO_COLUMN,
-    SAVE_COLUMNS,
     THROUGHPUT_COLUMN,
-    add_baseline_ratios,
-    case_row,
-    round_duration_columns,
 )
+from ckptbench.record.compare import add_baseline_ratios
+from ckptbench.record.metrics import case_row, round_duration_columns
+from ckptbench.record.save_columns import SAVE_COLUMNS
 from ckptbench.workloads.parallel.dims import SIZE_NAMES, ParallelDims
 from ckptbench.workloads.parallel.strategies import LayoutError
 from tests.bench.publish_fixtures import (

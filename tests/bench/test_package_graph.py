@@ -1,4 +1,5 @@
-"""The benchmark's arrows: its sub-packages import each other without a cycle (deferred imports
+"""The arrows under ``python/``: no module of the benchmark or of the library imports itself
+through others, the benchmark's sub-packages import each other without a cycle (deferred imports
 inside functions count), and the library ``gcsckpt`` never imports the benchmark."""
 
 import graphlib
@@ -10,6 +11,24 @@ from tests.import_graph import collapse, imported_modules, module_graph, package
 BENCH = ckptbench.__name__
 
 
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import circle of ``graph`` (modules in order, the first again at the end), or []."""
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as err:
+        return list(err.args[1])
+    return []
+
+
+def test_no_module_imports_itself_through_others():
+    for package in (ckptbench, gcsckpt):
+        graph = module_graph(package, deferred=True)
+        assert len(graph) > 40, package.__name__  # every module was read
+        assert _cycle(graph) == [], package.__name__
+    # The check finds a circle where there is one.
+    assert _cycle({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}})[0] in {"a.x", "a.y", "a.z"}
+
+
 def test_sub_packages_import_each_other_without_a_cycle():
     graph = collapse(module_graph(ckptbench, deferred=True), depth=2)
     subs = {
@@ -19,6 +38,7 @@ def test_sub_packages_import_each_other_without_a_cycle():
         "publish",
         "range_read",
         "record",
+        "resume",
         "roles",
         "runner",
         "train",
@@ -35,8 +55,11 @@ def test_sub_packages_import_each_other_without_a_cycle():
     # training phase).
     assert order.index("ckptbench.worker") < order.index("ckptbench.train")
     assert order.index("ckptbench.train") < order.index("ckptbench.runner")
-    # The workloads and the rank launcher are leaves: they import no other sub-package.
+    # The workloads and the harness (job protocol, launchers, interleave) are leaves: they import
+    # no other sub-package; every scenario runs its jobs through the harness.
     assert graph["ckptbench.workloads"] == set() and graph["ckptbench.harness"] == set()
+    for scenario in ("runner", "train", "resume"):
+        assert "ckptbench.harness" in graph[f"ckptbench.{scenario}"], scenario
 
 
 def test_the_library_never_imports_the_benchmark():

@@ -24,14 +24,14 @@ from ckptbench.publish.table import (
     throughput_ratio,
 )
 from ckptbench.publish.train_table import LOST
-from ckptbench.record.metrics import (
+from ckptbench.record.columns import (
     CLIENT_CPU_PER_GB_COLUMN,
     ENDPOINT_CPU_PER_GB_COLUMN,
     RATIO_COLUMN,
     THROUGHPUT_COLUMN,
-    add_baseline_ratios,
-    case_row,
 )
+from ckptbench.record.compare import add_baseline_ratios
+from ckptbench.record.metrics import case_row
 from tests.bench.publish_fixtures import (
     RUN,
     SAVE_CASE,

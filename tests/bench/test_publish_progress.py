@@ -8,7 +8,8 @@ import time
 import pytest
 from rich.console import Console
 
-from ckptbench.record.progress import ProgressDisplay, RankProgress, rank_reporter
+from ckptbench.harness.progress import RankProgress, rank_reporter
+from ckptbench.record.progress import ProgressDisplay
 
 
 def _console(terminal: bool) -> Console:

@@ -3,8 +3,7 @@
 import json
 
 from ckptbench.range_read import rows as range_rows
-from ckptbench.range_read.bench import host_facts
-from ckptbench.record.host import HostFacts
+from ckptbench.record.host import HostFacts, host_facts
 
 MB = 10**6
 

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from ckptbench.record.resources import (
-    ProcessRSSSampler,
     ResourceSampler,
     TreeSample,
     merge_usage,
@@ -20,6 +19,7 @@ from ckptbench.record.resources import (
     summarize,
     window_cpu_seconds,
 )
+from ckptbench.record.rss import ProcessRSSSampler
 from ckptbench.runner.storage import BenchStorage
 
 A, B, C = (101, 1.0), (102, 1.0), (103, 2.0)

@@ -1,13 +1,13 @@
 """RunConfig (runner.config): flag checks, rounds per reader and writer, which cases save;
-and the rounds note the run prints from it (runner.benchmark.rounds_note)."""
+and the rounds note the run prints from it (runner.notes.rounds_note)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ckptbench.cases.catalogue import load_catalogue
-from ckptbench.runner.benchmark import rounds_note
 from ckptbench.runner.config import RunConfig
+from ckptbench.runner.notes import rounds_note
 
 FSDP = "load-olmoe_1b_7b_0924-fsdp-ws8"
 

@@ -20,11 +20,12 @@ import urllib.request
 import pytest
 
 from ckptbench.cases.selection import override_world_size
+from ckptbench.harness.launch import JobError, SpawnLauncher
 from ckptbench.harness.local_ranks import LocalRanks
 from ckptbench.record.case_result import CaseInfo
-from ckptbench.runner.benchmark import _Run, run_benchmark, save_case_info
+from ckptbench.runner.benchmark import run_benchmark
+from ckptbench.runner.case_run import CaseRun, save_case_info
 from ckptbench.runner.case_verdict import load_result
-from ckptbench.runner.launch import JobError, SpawnLauncher
 from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
 from ckptbench.worker.jobs import LoadJob
@@ -203,7 +204,7 @@ def test_a_failed_writer_is_reported_and_the_others_still_run(gcs, tmp_path):
     out = io.StringIO()
     with BenchStorage(config.bucket, config.endpoint) as storage:
         launcher = _FailingSaves(SpawnLauncher(timeout_s=120), "msc")
-        run = _Run(config, storage, launcher, NoDisplay(), out)
+        run = CaseRun(config, storage, launcher, NoDisplay(), out)
         spec = storage.for_case(case.base_name)
         info = CaseInfo.from_case(case, "tiny")
         failed, ok = run.saves(case, info, spec)

@@ -13,8 +13,8 @@ import os
 
 import pytest
 
+from ckptbench.harness.launch import SpawnLauncher
 from ckptbench.runner.benchmark import run_benchmark
-from ckptbench.runner.launch import SpawnLauncher
 from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker import arms
 from ckptbench.worker.jobs import SaveJob

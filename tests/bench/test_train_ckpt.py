@@ -12,12 +12,12 @@ import os
 
 import pytest
 
+from ckptbench.harness.launch import SpawnLauncher
 from ckptbench.harness.local_ranks import run_ranks
 from ckptbench.publish.schema import column_names, load_columns, validate_rows
 from ckptbench.publish.train_table import train_markdown
 from ckptbench.record.case_result import RunContext
 from ckptbench.record.host import collect_host_facts
-from ckptbench.runner.launch import SpawnLauncher
 from ckptbench.train.jobs import TrainJob
 from ckptbench.train.run import TrainSettings, round_failure, run_training, training_rows
 from gcsckpt.io import ObjectStore
@@ -34,7 +34,7 @@ SETTINGS = TrainSettings(
 def _shm() -> set[str]:
     if not os.path.isdir("/dev/shm"):
         return set()
-    return {n for n in os.listdir("/dev/shm") if n.startswith("gcsckpt-train-")}
+    return {n for n in os.listdir("/dev/shm") if n.startswith("gcsckpt-bench-")}
 
 
 @pytest.fixture(scope="module")

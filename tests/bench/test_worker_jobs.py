@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from ckptbench.harness.job import RankFailure
 from ckptbench.record.case_result import RankSave
-from ckptbench.worker.jobs import RankLoadResult, RankRound, with_verification
-from ckptbench.worker.rank import RankFailure
+from ckptbench.worker.jobs import RankRound, RankSaveResult, with_verification
 
 
 def _save_measures(rank: int, start: float) -> RankSave:
@@ -16,10 +16,10 @@ def _save_measures(rank: int, start: float) -> RankSave:
 def test_a_separate_verification_joins_the_timed_save_rank_by_rank():
     timed = RankRound(10.0, 12.5, {}, 0, 0, mismatch_count=-1)
     checked = RankRound(0.0, 0.0, {}, 100, 100)
-    saved = [RankLoadResult(0, (timed,)), RankLoadResult(1, (timed,))]
+    saved = [RankSaveResult(0, (timed,)), RankSaveResult(1, (timed,))]
     verified = [
-        RankLoadResult(0, (checked,), written_bytes=(4321,)),
-        RankLoadResult(1, (checked,)),
+        RankSaveResult(0, (checked,), written_bytes=(4321,)),
+        RankSaveResult(1, (checked,)),
     ]
     joined = with_verification(saved, verified)
     assert [j.rounds[0].verified for j in joined] == [True, True]
@@ -29,9 +29,9 @@ def test_a_separate_verification_joins_the_timed_save_rank_by_rank():
     ]
     assert joined[0].written_bytes == (4321,)
     failed = with_verification(saved, [verified[0], RankFailure(1, "rank 1: OSError: gone")])
-    assert failed[1] == RankLoadResult(1, (), error="rank 1: OSError: gone")
+    assert failed[1] == RankSaveResult(1, (), error="rank 1: OSError: gone")
     mismatch = dataclasses.replace(checked, mismatch_count=2, mismatched=("a", "b"))
-    joined = with_verification(saved[:1], [RankLoadResult(0, (mismatch,))])
+    joined = with_verification(saved[:1], [RankSaveResult(0, (mismatch,))])
     assert not joined[0].rounds[0].verified
 
 
@@ -39,5 +39,5 @@ def test_a_separate_verification_keeps_the_timed_rounds_measures():
     measures = _save_measures(0, 10.0)
     timed = RankRound(10.0, 12.5, {}, 0, 0, mismatch_count=-1, save=measures)
     checked = RankRound(0.0, 0.0, {}, 100, 100)
-    (joined,) = with_verification([RankLoadResult(0, (timed,))], [RankLoadResult(0, (checked,))])
+    (joined,) = with_verification([RankSaveResult(0, (timed,))], [RankSaveResult(0, (checked,))])
     assert joined.rounds[0].save == measures and joined.rounds[0].verified

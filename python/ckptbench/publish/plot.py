@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 
 from ckptbench.publish.table import reader_order
 from ckptbench.publish.train_table import LOST
-from ckptbench.record.metrics import (
+from ckptbench.record.columns import (
     CLIENT_CPU_PER_GB_COLUMN,
     ENDPOINT_CPU_PER_GB_COLUMN,
     THROUGHPUT_COLUMN,

@@ -11,7 +11,7 @@ from ckptbench.publish.plot import THROUGHPUT_PNG, write_charts
 from ckptbench.publish.row_files import ResultFiles, write_results
 from ckptbench.publish.schema import load_columns, validate_rows
 from ckptbench.publish.table import print_report
-from ckptbench.record.metrics import add_baseline_ratios, add_ceiling_columns
+from ckptbench.record.compare import add_baseline_ratios, add_ceiling_columns
 
 PLOT_NAME = THROUGHPUT_PNG
 

@@ -16,41 +16,21 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+from ckptbench.publish.markdown import MISSING, markdown_table, number_cell
 from ckptbench.record.case_result import SCENARIO_READ, SCENARIO_WRITE
-from ckptbench.record.metrics import (
+from ckptbench.record.columns import (
     CEILING_RATIO_COLUMN,
     CLIENT_CPU_PER_GB_COLUMN,
     DATA_PHASE_THROUGHPUT_COLUMN,
     ENDPOINT_CPU_PER_GB_COLUMN,
     STORAGE_RATIO_COLUMN,
     THROUGHPUT_COLUMN,
-    best_peer,
-    is_peer,
 )
+from ckptbench.record.compare import best_peer, is_peer
 
 Row = Mapping[str, Any]
 _MB = 1e6
 _MiB = 2**20
-_MISSING = "n/a"
-
-
-def _cell(text: Any) -> str:
-    # A '|' inside a cell would end it; newlines would end the row.
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def markdown_table(header: Sequence[str], body: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table: one header row, one row per ``body`` entry (cells escaped)."""
-    lines = ["| " + " | ".join(_cell(h) for h in header) + " |"]
-    lines.append("|" + "|".join("---" for _ in header) + "|")
-    lines.extend("| " + " | ".join(_cell(c) for c in row) + " |" for row in body)
-    return "\n".join(lines)
-
-
-def _number(value: float | None, fmt: str, scale: float = 1.0) -> str:
-    if value is None:
-        return _MISSING
-    return format(value if scale == 1.0 else value / scale, fmt)
 
 
 def _throughput(row: Row | None) -> float | None:
@@ -91,7 +71,7 @@ def peer_ratio(rows: Sequence[Row], case: str, candidate: str, baseline: str) ->
     )
     peer = best_peer(rows, case, candidate, baseline)
     if top is None or peer is None:
-        return _MISSING
+        return MISSING
     return f"{top / peer[THROUGHPUT_COLUMN]:.1f}x ({peer['workload_implementation']})"
 
 
@@ -129,26 +109,26 @@ def summary_table(
         for reader in readers:
             row = by_reader.get(reader)
             if row is None:
-                cells.append(_MISSING)
+                cells.append(MISSING)
             elif row.get("status") != "ok":
                 cells.append("failed")
             else:
-                cells.append(_number(row.get(THROUGHPUT_COLUMN), ".1f", _MB))
+                cells.append(number_cell(row.get(THROUGHPUT_COLUMN), ".1f", _MB))
         ratio = throughput_ratio(rows, case, candidate, baseline)
-        cells.append(_MISSING if ratio is None else f"{ratio:.1f}x")
+        cells.append(MISSING if ratio is None else f"{ratio:.1f}x")
         if peers:
             cells.append(peer_ratio(rows, case, candidate, baseline))
         if ceilings:
             ceiling = ceilings.get(case)
             top = _throughput(by_reader.get(candidate))
-            cells.append(_number(ceiling, ".1f", _MB))
-            cells.append(_MISSING if ceiling is None or top is None else f"{top / ceiling:.2f}")
+            cells.append(number_cell(ceiling, ".1f", _MB))
+            cells.append(MISSING if ceiling is None or top is None else f"{top / ceiling:.2f}")
         body.append([case, *cells])
     return markdown_table(header, body)
 
 
 def _fraction(value: float | None, ceiling: float | None) -> str:
-    return _MISSING if value is None or not ceiling else f"{value / ceiling:.2f}"
+    return MISSING if value is None or not ceiling else f"{value / ceiling:.2f}"
 
 
 def save_table(
@@ -218,21 +198,21 @@ def save_table(
                 [
                     case,
                     writer,
-                    row.get("status", _MISSING),
-                    _number(row.get("round_duration_mean_seconds"), ".2f"),
-                    _number(whole, ".1f", _MB),
+                    row.get("status", MISSING),
+                    number_cell(row.get("round_duration_mean_seconds"), ".2f"),
+                    number_cell(whole, ".1f", _MB),
                     _fraction(whole, ceiling),
-                    _number(row.get(CLIENT_CPU_PER_GB_COLUMN), ".2f"),
-                    _number(row.get(ENDPOINT_CPU_PER_GB_COLUMN), ".2f"),
-                    _number(row.get("save_data_phase_mean_seconds"), ".2f"),
-                    _number(data, ".1f", _MB),
+                    number_cell(row.get(CLIENT_CPU_PER_GB_COLUMN), ".2f"),
+                    number_cell(row.get(ENDPOINT_CPU_PER_GB_COLUMN), ".2f"),
+                    number_cell(row.get("save_data_phase_mean_seconds"), ".2f"),
+                    number_cell(data, ".1f", _MB),
                     _fraction(data, ceiling),
-                    _number(row.get("save_outside_data_phase_mean_seconds"), ".2f"),
-                    _MISSING if ours is None or not whole else f"{ours / whole:.2f}x",
-                    _number(row.get("save_rss_peak_bytes_per_rank_max"), ".0f", _MiB),
-                    _number(row.get("save_rss_bound_bytes_at_peak_rank"), ".0f", _MiB),
-                    _MISSING if within is None else ("yes" if within else "no"),
-                    _number(row.get("save_rss_increase_bytes_per_rank_max"), ".0f", _MiB),
+                    number_cell(row.get("save_outside_data_phase_mean_seconds"), ".2f"),
+                    MISSING if ours is None or not whole else f"{ours / whole:.2f}x",
+                    number_cell(row.get("save_rss_peak_bytes_per_rank_max"), ".0f", _MiB),
+                    number_cell(row.get("save_rss_bound_bytes_at_peak_rank"), ".0f", _MiB),
+                    MISSING if within is None else ("yes" if within else "no"),
+                    number_cell(row.get("save_rss_increase_bytes_per_rank_max"), ".0f", _MiB),
                 ]
             )
     return markdown_table(header, body)
@@ -244,7 +224,7 @@ def load_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = 
     loaded, and storage bytes fetched over checkpoint bytes; "" when there are none.
 
     Args:
-      rows: result rows with the ceiling columns filled in (``metrics.add_ceiling_columns``).
+      rows: result rows with the ceiling columns filled in (``compare.add_ceiling_columns``).
       candidate, baseline: the arms put first.
     """
     loads = [r for r in rows if r.get("workload_scenario", SCENARIO_READ) == SCENARIO_READ]
@@ -274,13 +254,13 @@ def load_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = 
                 [
                     case,
                     reader,
-                    row.get("status", _MISSING),
-                    _number(row.get("round_duration_mean_seconds"), ".2f"),
-                    _number(_throughput(row), ".1f", _MB),
-                    _number(row.get(CEILING_RATIO_COLUMN), ".2f"),
-                    _number(row.get(CLIENT_CPU_PER_GB_COLUMN), ".2f"),
-                    _number(row.get(ENDPOINT_CPU_PER_GB_COLUMN), ".2f"),
-                    _number(row.get(STORAGE_RATIO_COLUMN), ".2f"),
+                    row.get("status", MISSING),
+                    number_cell(row.get("round_duration_mean_seconds"), ".2f"),
+                    number_cell(_throughput(row), ".1f", _MB),
+                    number_cell(row.get(CEILING_RATIO_COLUMN), ".2f"),
+                    number_cell(row.get(CLIENT_CPU_PER_GB_COLUMN), ".2f"),
+                    number_cell(row.get(ENDPOINT_CPU_PER_GB_COLUMN), ".2f"),
+                    number_cell(row.get(STORAGE_RATIO_COLUMN), ".2f"),
                     _verified(row),
                 ]
             )
@@ -293,7 +273,7 @@ def _verified(row: Row) -> str:
     verified = row.get("read_bytes_verified_per_round_mean")
     needed = row.get("read_bytes_needed_per_round_mean")
     if verified is None or needed is None:
-        return _MISSING
+        return MISSING
     return f"verified {verified / _MB:.1f} of {needed / _MB:.1f} MB"
 
 
@@ -341,7 +321,7 @@ def detail_table(rows: Sequence[Row]) -> str:
     ]
     body = []
     for row in rows:
-        status = row.get("status", _MISSING)
+        status = row.get("status", MISSING)
         if status != "ok" and row.get("error_message"):
             status = f"{status}: {row['error_message'][:120]}"
         body.append(
@@ -349,19 +329,19 @@ def detail_table(rows: Sequence[Row]) -> str:
                 row["benchmark_case_id"],
                 row["workload_implementation"],
                 status,
-                row.get("measurement_round_count", _MISSING),
-                _number(row.get("round_duration_mean_seconds"), ".2f"),
-                _number(row.get("round_duration_p50_seconds"), ".2f"),
-                _number(row.get("round_duration_p99_seconds"), ".2f"),
-                _number(row.get(THROUGHPUT_COLUMN), ".1f", _MB),
-                _number(row.get("dcp_read_items_per_rank_max"), "d"),
-                _number(row.get("read_request_count_per_rank_max"), "d"),
-                _number(row.get("read_amplification_ratio"), ".3f"),
-                _number(row.get("read_retry_count_total"), "d"),
+                row.get("measurement_round_count", MISSING),
+                number_cell(row.get("round_duration_mean_seconds"), ".2f"),
+                number_cell(row.get("round_duration_p50_seconds"), ".2f"),
+                number_cell(row.get("round_duration_p99_seconds"), ".2f"),
+                number_cell(row.get(THROUGHPUT_COLUMN), ".1f", _MB),
+                number_cell(row.get("dcp_read_items_per_rank_max"), "d"),
+                number_cell(row.get("read_request_count_per_rank_max"), "d"),
+                number_cell(row.get("read_amplification_ratio"), ".3f"),
+                number_cell(row.get("read_retry_count_total"), "d"),
                 "verified" if row.get("checksums_verified") else "NOT verified",
-                _number(row.get("cpu_usage_peak_cores"), ".1f"),
-                _number(row.get("memory_usage_peak_bytes"), ".2f", 2**30),
-                _number(row.get("memory_usage_peak_bytes_per_process_max"), ".2f", 2**30),
+                number_cell(row.get("cpu_usage_peak_cores"), ".1f"),
+                number_cell(row.get("memory_usage_peak_bytes"), ".2f", 2**30),
+                number_cell(row.get("memory_usage_peak_bytes_per_process_max"), ".2f", 2**30),
             ]
         )
     return markdown_table(header, body)

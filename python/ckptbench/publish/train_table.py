@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
+from ckptbench.publish.markdown import markdown_table, number_cell
 from ckptbench.roles import BASELINE, CANDIDATE, LOCAL_TIER, LOCALFS, PEERS
 
 STOCK_ARM = f"{BASELINE}-sync"
@@ -18,9 +19,19 @@ LOST = "train_lost_seconds_per_checkpoint"
 CPU = "train_client_cpu_seconds_per_gb"
 _RATIOS = ("floor", "best_peer", "best_peer_arm", "stock", "cpu_floor")
 HEADER = (
-    "| layout | arm | checkpoints verified | lost s/ckpt | x floor | x best peer | x stock "
-    "| blocked s/ckpt | step inflation | to durable s | peak RSS MiB (+ over control) "
-    "| client CPU s/GB | CPU x floor |"
+    "layout",
+    "arm",
+    "checkpoints verified",
+    "lost s/ckpt",
+    "x floor",
+    "x best peer",
+    "x stock",
+    "blocked s/ckpt",
+    "step inflation",
+    "to durable s",
+    "peak RSS MiB (+ over control)",
+    "client CPU s/GB",
+    "CPU x floor",
 )
 
 
@@ -31,7 +42,7 @@ def _ratio(value: Any, other: Any) -> float | None:
 
 
 def _text(value: Any, digits: int = 2, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:.{digits}f}{suffix}"
+    return number_cell(value, f".{digits}f", missing="-") + ("" if value is None else suffix)
 
 
 def ratios(rows: Sequence[Mapping[str, Any]], row: Mapping[str, Any]) -> dict[str, Any]:
@@ -82,13 +93,13 @@ def local_tier_lines(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 def train_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     """The Markdown table of the training rows (every arm, failed ones with their error)."""
-    lines = [HEADER, "|" + "---|" * HEADER.count(" | ") + "---|"]
+    body = []
     notes = []
     for row in rows:
         name = row["workload_implementation"]
         layout = f"{row['checkpoint_strategy']} ws{row['world_size']}"
         if row["status"] != "ok":
-            lines.append(f"| {layout} | {name} | FAILED |" + " |" * 10)
+            body.append([layout, name, "FAILED", *[""] * (len(HEADER) - 3)])
             notes.append(f"{layout} {name}: {row['error_message']}")
             continue
         got = ratios(rows, row) if row["train_checkpoint_count"] else dict.fromkeys(_RATIOS)
@@ -99,16 +110,24 @@ def train_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
         rss = "-" if peak is None else f"{peak / 2**20:.0f}"
         if over is not None:
             rss += f" ({over / 2**20:+.0f})"
-        lines.append(
-            f"| {layout} | {name} | {verified} | {_text(row[LOST])} "
-            f"| {_text(got['floor'], 1, 'x')} | {_text(got['best_peer'], 2, 'x')} "
-            f"| {_text(got['stock'], 3, 'x')} "
-            f"| {_text(row['train_blocked_seconds_per_checkpoint'])} "
-            f"| {_text(row['train_step_inflation_ratio'], 2, 'x')} "
-            f"| {_text(row['train_time_to_durable_seconds'])} | {rss} | {_text(row[CPU], 1)} "
-            f"| {_text(got['cpu_floor'], 1, 'x')} |"
+        body.append(
+            [
+                layout,
+                name,
+                verified,
+                _text(row[LOST]),
+                _text(got["floor"], 1, "x"),
+                _text(got["best_peer"], 2, "x"),
+                _text(got["stock"], 3, "x"),
+                _text(row["train_blocked_seconds_per_checkpoint"]),
+                _text(row["train_step_inflation_ratio"], 2, "x"),
+                _text(row["train_time_to_durable_seconds"]),
+                rss,
+                _text(row[CPU], 1),
+                _text(got["cpu_floor"], 1, "x"),
+            ]
         )
-    text = "\n".join(lines)
+    text = markdown_table(HEADER, body)
     notes = local_tier_lines(rows) + notes
     if notes:
         text += "\n\n" + "\n".join(f"- {note}" for note in notes)

@@ -31,7 +31,7 @@ from ckptbench.range_read.clients import (
     ReaderClient,
 )
 from ckptbench.range_read.ranges import RangeSet, make_range_set, size_label
-from ckptbench.record.host import collect_host_facts
+from ckptbench.record.host import host_facts
 
 MiB = 1 << 20
 BUCKET = "range-read-bench"
@@ -247,17 +247,6 @@ def run_tuning(s: Settings, name: str, endpoint: str, source) -> list[report.Row
             params += [{"gap": size_label(g) if g else "0"} for g in gaps]
         rows += sweep(f"{size_label(size)}/gap", scattered, factories, params)
     return rows
-
-
-def host_facts() -> dict:
-    """The host facts every benchmark records (``record.host``), plus the load and libcurl."""
-    from gcsckpt.io.extension import _gcsio  # the one import of the extension
-
-    return {
-        **dataclasses.asdict(collect_host_facts()),
-        "load_avg_1m": os.getloadavg()[0],
-        "libcurl": _gcsio.curl_version(),
-    }
 
 
 def run(s: Settings, output: str) -> dict:

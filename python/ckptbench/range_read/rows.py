@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ckptbench.publish.markdown import markdown_table, number_cell
 from ckptbench.publish.row_files import write_json_document
-from ckptbench.publish.table import markdown_table
 
 GiB = 1 << 30
 
@@ -88,10 +88,6 @@ def add_ratios(rows: list[Row]) -> None:
         r.vs_ceiling = r.mb_per_s / top if top else None
 
 
-def _fmt(value, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
-
-
 _HEADER = (
     "endpoint",
     "ranges",
@@ -114,13 +110,13 @@ def format_table(title: str, rows: Sequence[Row]) -> str:
             r.endpoint,
             f"{r.ranges} x {r.range_size}",
             r.client + "".join(f" {k}={v}" for k, v in r.params.items()),
-            _fmt(r.concurrency, "d"),
-            _fmt(r.mb_per_s, ".0f"),
-            _fmt(r.req_per_s, ".0f"),
-            _fmt(r.cpu_s_per_gib, ".2f"),
-            _fmt(r.amplification, ".2f"),
-            _fmt(r.vs_gcsfs, ".2f"),
-            _fmt(r.vs_ceiling, ".2f"),
+            number_cell(r.concurrency, "d", missing="-"),
+            number_cell(r.mb_per_s, ".0f", missing="-"),
+            number_cell(r.req_per_s, ".0f", missing="-"),
+            number_cell(r.cpu_s_per_gib, ".2f", missing="-"),
+            number_cell(r.amplification, ".2f", missing="-"),
+            number_cell(r.vs_gcsfs, ".2f", missing="-"),
+            number_cell(r.vs_ceiling, ".2f", missing="-"),
             "yes" if r.verified else "NO",
         )
         for r in rows

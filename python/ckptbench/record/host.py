@@ -102,3 +102,15 @@ def collect_host_facts(
         source_commit_sha=git_commit(repo_dir if repo_dir is not None else _default_repo_dir()),
         accelerator_name=_accelerator_name() if probe_accelerator else None,
     )
+
+
+def host_facts() -> dict:
+    """``collect_host_facts()`` as a dict, plus the 1-minute load average (``load_avg_1m``) and
+    the extension's libcurl version (``libcurl``): what the range-read benchmark records."""
+    from gcsckpt.io.extension import _gcsio  # the one import of the extension
+
+    return {
+        **dataclasses.asdict(collect_host_facts()),
+        "load_avg_1m": os.getloadavg()[0],
+        "libcurl": _gcsio.curl_version(),
+    }

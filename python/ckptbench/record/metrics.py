@@ -1,4 +1,6 @@
-"""Turns one CaseResult into one flat result row (the columns of bigquery_schema.json).
+"""Turns one CaseResult into one flat result row (the columns of bigquery_schema.json); the
+comparisons between rows (ratios to the baseline, peers, reference, ceiling) are ``compare``'s,
+a save's memory and phase columns ``save_columns``'.
 
 Column names follow the gcsfs subsystem benchmarks where they overlap (fsspec/gcsfs,
 cloudbuild/subsystembenchmarks/subsystembenchmarks_schema.json: ``round_duration_p99_seconds``,
@@ -16,7 +18,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -30,35 +32,25 @@ from ckptbench.record.case_result import (
     RoundRecord,
     RunContext,
 )
+from ckptbench.record.columns import (
+    CEILING_COLUMN,
+    CEILING_RATIO_COLUMN,
+    CLIENT_CPU_PER_GB_COLUMN,
+    ENDPOINT_CPU_PER_GB_COLUMN,
+    PEER_RATIO_COLUMN,
+    RATIO_COLUMN,
+    REFERENCE_RATIO_COLUMN,
+    STORAGE_RATIO_COLUMN,
+    TRAIN_COLUMNS,
+    WORKLOAD_FAMILY,
+)
 from ckptbench.record.host import HostFacts
 from ckptbench.record.resources import ResourceUsage
-from ckptbench.roles import REFERENCES
+from ckptbench.record.save_columns import save_columns
 from ckptbench.workloads.parallel.dims import SIZE_NAMES
 
 Row = dict[str, Any]
 
-WORKLOAD_FAMILY = "checkpointing"
-# The training benchmark's columns (``ckptbench.train.rows``); null on load and save rows.
-TRAIN_COLUMNS = (
-    "train_checkpoint_count",
-    "train_lost_seconds_per_checkpoint",
-    "train_blocked_seconds_per_checkpoint",
-    "train_step_inflation_ratio",
-    "train_time_to_durable_seconds",
-    "train_rss_peak_over_control_bytes",
-    "train_client_cpu_seconds_per_gb",
-    "train_measures_json",
-)
-THROUGHPUT_COLUMN = "checkpoint_read_throughput_mean_bytes_per_second"
-RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_baseline"
-PEER_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_best_peer"
-REFERENCE_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_reference"
-DATA_PHASE_THROUGHPUT_COLUMN = "save_data_phase_throughput_mean_bytes_per_second"
-CEILING_COLUMN = "endpoint_ceiling_bytes_per_second"
-CEILING_RATIO_COLUMN = "checkpoint_read_throughput_ratio_to_ceiling"
-CLIENT_CPU_PER_GB_COLUMN = "client_cpu_seconds_per_gb"
-ENDPOINT_CPU_PER_GB_COLUMN = "endpoint_cpu_seconds_per_gb"
-STORAGE_RATIO_COLUMN = "storage_bytes_per_checkpoint_byte"
 _GB = 1e9
 
 _PERCENTILES = (50, 90, 95, 99)
@@ -182,74 +174,6 @@ def counter_columns(rounds: Sequence[RoundRecord]) -> Row:
     }
 
 
-SAVE_COLUMNS = (
-    "save_state_bytes_per_rank_max",
-    "save_rss_start_bytes_per_rank_max",
-    "save_rss_peak_bytes_per_rank_max",
-    "save_rss_bound_bytes_at_peak_rank",
-    "save_rss_peak_within_bound",
-    "save_rss_increase_bytes_per_rank_max",
-    "save_plan_seconds_per_rank_max",
-    "save_finish_mean_seconds",
-    "save_data_phase_mean_seconds",
-    "save_outside_data_phase_mean_seconds",
-    DATA_PHASE_THROUGHPUT_COLUMN,
-)
-
-
-def save_columns(rounds: Sequence[RoundRecord], bytes_per_round: int | None, timed: bool) -> Row:
-    """A save's per-rank memory and phase columns (``RoundRecord.rank_saves``); all None when
-    any round lacks them (loads, or a writer whose ranks did not measure).
-
-    Memory over every (round, rank): the highest peak RSS, the bound ``1.1 x state bytes +
-    256 MiB`` of the rank (and round) that had it, whether every rank stayed within its own
-    bound, the highest state bytes and start RSS, and the largest peak-minus-start increase.
-    Absolute RSS includes torch's libraries (docs/measurements.md, "The start RSS of a save")
-    and the state.
-
-    Phases: the writer's planning seconds (most of any rank), the coordinator's ``finish``
-    (mean over rounds), the data phase per round (the longest rank's ``write_data`` until its
-    future's value was ready; mean over rounds), the rest of the round's wall time (DCP's own
-    planning, pickling and collectives plus ``finish``; mean), and the upload-phase throughput,
-    ``bytes_per_round / data phase`` (mean of per-round values, bytes/s). With ``timed`` False
-    (a failed result) the time-based columns are None, as the round durations are.
-    """
-    columns: Row = dict.fromkeys(SAVE_COLUMNS)
-    if not rounds or any(r.rank_saves is None for r in rounds):
-        return columns
-    samples = [save for r in rounds for save in r.rank_saves]
-    top = max(samples, key=lambda save: save.rss_peak_bytes)
-    finishes = [
-        max(f for f in (save.finish_s for save in r.rank_saves) if f is not None)
-        for r in rounds
-        if any(save.finish_s is not None for save in r.rank_saves)
-    ]
-    columns.update(
-        {
-            "save_state_bytes_per_rank_max": max(s.state_bytes for s in samples),
-            "save_rss_start_bytes_per_rank_max": max(s.rss_start_bytes for s in samples),
-            "save_rss_peak_bytes_per_rank_max": top.rss_peak_bytes,
-            "save_rss_bound_bytes_at_peak_rank": top.rss_bound_bytes,
-            "save_rss_peak_within_bound": all(
-                s.rss_peak_bytes <= s.rss_bound_bytes for s in samples
-            ),
-            "save_rss_increase_bytes_per_rank_max": max(s.rss_increase_bytes for s in samples),
-            "save_plan_seconds_per_rank_max": max(s.plan_s for s in samples),
-            "save_finish_mean_seconds": float(np.mean(finishes)) if finishes else None,
-        }
-    )
-    if not timed:
-        return columns
-    data = [r.data_phase_s for r in rounds]
-    columns["save_data_phase_mean_seconds"] = float(np.mean(data))
-    columns["save_outside_data_phase_mean_seconds"] = float(
-        np.mean([r.duration_s - d for r, d in zip(rounds, data, strict=True)])
-    )
-    if bytes_per_round is not None and min(data) > 0:
-        columns[DATA_PHASE_THROUGHPUT_COLUMN] = float(np.mean([bytes_per_round / d for d in data]))
-    return columns
-
-
 def resource_columns(usage: ResourceUsage | None) -> Row:
     """Process-tree CPU (cores), memory (bytes) and host network (bytes, bytes/s) columns."""
     if usage is None:
@@ -361,8 +285,8 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
     failed result the round-duration and throughput columns are None (its timings are not a
     valid measurement) while counters and resources stay, for diagnosis.
     ``rank_counters_json`` holds the last round's per-rank counters; a save row also has the
-    ranks' memory and phase columns (:func:`save_columns`) and ``rank_saves_json``, the last
-    round's per-rank RankSave measures.
+    ranks' memory and phase columns (``save_columns.save_columns``) and ``rank_saves_json``,
+    the last round's per-rank RankSave measures.
 
     Raises:
       ValueError: reader options that are not JSON-serializable.
@@ -438,90 +362,3 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         **cpu_per_gb_columns(result.resources, moved),
     }
     return row
-
-
-def add_ceiling_columns(rows: Iterable[Row], ceilings: Mapping[str, float] | None) -> list[Row]:
-    """Copies of ``rows`` with the endpoint's raw ceiling of their case (``ceilings``: case id
-    -> bytes/s; the download ceiling for load cases, the upload ceiling for save cases) and the
-    row's mean throughput over it; rows of other cases, or without a throughput, keep None."""
-    rows = [dict(row) for row in rows]
-    for row in rows:
-        ceiling = (ceilings or {}).get(row["benchmark_case_id"])
-        if not ceiling:
-            continue
-        row[CEILING_COLUMN] = ceiling
-        own = row.get(THROUGHPUT_COLUMN) if row.get("status") == STATUS_OK else None
-        row[CEILING_RATIO_COLUMN] = None if own is None else own / ceiling
-    return rows
-
-
-def is_peer(implementation: str, candidate: str, baseline: str) -> bool:
-    """Whether an arm is a peer: neither the candidate, nor the stock baseline, nor a
-    reference (``roles.REFERENCES``, e.g. ``localfs``: a floor, not a competitor)."""
-    return implementation not in (candidate, baseline, *REFERENCES)
-
-
-def best_peer(rows: Iterable[Row], case: str, candidate: str, baseline: str) -> Row | None:
-    """The fastest ok row of ``case`` from a peer arm (:func:`is_peer`; highest mean
-    throughput), or None when no peer has one."""
-    peers = [
-        row
-        for row in rows
-        if row["benchmark_case_id"] == case
-        and is_peer(row["workload_implementation"], candidate, baseline)
-        and row.get("status") == STATUS_OK
-        and row.get(THROUGHPUT_COLUMN)
-    ]
-    return max(peers, key=lambda row: row[THROUGHPUT_COLUMN]) if peers else None
-
-
-def reference_row(rows: Iterable[Row], case: str) -> Row | None:
-    """The ok row of ``case`` from the first reference arm (``roles.REFERENCES`` order) with a
-    measured throughput, or None."""
-    found = {
-        row["workload_implementation"]: row
-        for row in rows
-        if row["benchmark_case_id"] == case
-        and row["workload_implementation"] in REFERENCES
-        and row.get("status") == STATUS_OK
-        and row.get(THROUGHPUT_COLUMN)
-    }
-    return next((found[name] for name in REFERENCES if name in found), None)
-
-
-def add_baseline_ratios(
-    rows: Iterable[Row], baseline: str = "fsspec", candidate: str = "gcsckpt"
-) -> list[Row]:
-    """Copies of ``rows`` with the throughput ratio to the baseline reader of the same case,
-    and on the candidate's rows the ratio to the best peer (see :func:`best_peer`) and to the
-    reference arm (``localfs`` saves, see :func:`reference_row`).
-
-    For each row whose run and case also have a row from ``baseline`` with a measured mean
-    throughput > 0, sets ``checkpoint_read_throughput_ratio_to_baseline`` = row mean throughput ÷
-    baseline mean throughput (the baseline's own row gets 1.0) and ``baseline_implementation``.
-    Rows without a usable baseline or without their own throughput keep None.
-    """
-    rows = [dict(row) for row in rows]
-    baselines = {
-        (row["run_id"], row["benchmark_case_id"]): row[THROUGHPUT_COLUMN]
-        for row in rows
-        if row["workload_implementation"] == baseline and row.get(THROUGHPUT_COLUMN)
-    }
-    for row in rows:
-        own = row.get(THROUGHPUT_COLUMN)
-        if row["workload_implementation"] == candidate and own:
-            same_run = [r for r in rows if r["run_id"] == row["run_id"]]
-            peer = best_peer(same_run, row["benchmark_case_id"], candidate, baseline)
-            if peer is not None:
-                row[PEER_RATIO_COLUMN] = own / peer[THROUGHPUT_COLUMN]
-                row["best_peer_implementation"] = peer["workload_implementation"]
-            reference = reference_row(same_run, row["benchmark_case_id"])
-            if reference is not None:
-                row[REFERENCE_RATIO_COLUMN] = own / reference[THROUGHPUT_COLUMN]
-                row["reference_implementation"] = reference["workload_implementation"]
-        reference = baselines.get((row["run_id"], row["benchmark_case_id"]))
-        if reference is None:
-            continue
-        row["baseline_implementation"] = baseline
-        row[RATIO_COLUMN] = None if own is None else own / reference
-    return rows

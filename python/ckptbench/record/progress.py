@@ -1,18 +1,18 @@
 """Progress display for long benchmark steps: one line per phase and one bar per rank (rich).
 
 Rank processes cannot draw on the runner's terminal, so they send ``RankProgress`` messages
-through a multiprocessing queue (``rank_reporter``) and the runner applies them with
-``ProgressDisplay.drain``. On a terminal the display is a live rich progress view; elsewhere (CI
-logs, Bazel test output) it prints one plain line when a phase starts and when it ends.
+through a multiprocessing queue (``harness.progress.rank_reporter``) and the runner applies
+them with ``ProgressDisplay.drain``. On a terminal the display is a live rich progress view;
+elsewhere (CI logs, Bazel test output) it prints one plain line when a phase starts and when it
+ends.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import queue as queue_module
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -25,38 +25,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-
-@dataclasses.dataclass(frozen=True)
-class RankProgress:
-    """A rank's progress in a phase (picklable, sent from rank processes).
-
-    Attributes:
-      rank: global rank.
-      phase: phase name, e.g. ``setup`` or ``load round 2``.
-      completed: units done (items, bytes ...), >= 0.
-      total: units in the phase, None when unknown.
-    """
-
-    rank: int
-    phase: str
-    completed: float
-    total: float | None = None
-
-
-def rank_reporter(queue: Any, rank: int) -> Callable[[str, float, float | None], None]:
-    """A ``report(phase, completed, total)`` for rank processes; a no-op when ``queue`` is None.
-
-    Messages are dropped rather than block the rank when the queue is full: progress must never
-    slow down the measurement.
-    """
-
-    def report(phase: str, completed: float, total: float | None = None) -> None:
-        if queue is None:
-            return
-        with contextlib.suppress(queue_module.Full):
-            queue.put_nowait(RankProgress(rank, phase, completed, total))
-
-    return report
+from ckptbench.harness.progress import RankProgress
 
 
 class PhaseHandle:

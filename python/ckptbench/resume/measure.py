@@ -17,8 +17,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ckptbench.harness.local_ranks import LocalRanks
+from ckptbench.harness.job import RankFailure
+from ckptbench.harness.launch import JobError, SpawnLauncher
+from ckptbench.harness.rounds import interleave
+from ckptbench.publish.markdown import markdown_table
 from ckptbench.resume import rank
+from ckptbench.resume.jobs import RestartJob, SaveStateJob
 from ckptbench.resume.listing import split_url
 
 # gcsckpt from GCS, gcsckpt's manager from the node-local tier, the stock FsspecReader over gcsfs
@@ -37,9 +41,18 @@ class RestartSpec:
     timeout_s: float = 1800.0
 
 
-def _ranks(spec: RestartSpec) -> LocalRanks:
-    # "spawn": every rank is a new interpreter, as after a job's restart (no forkserver preload).
-    return LocalRanks(start_method="spawn", timeout_s=spec.timeout_s)
+def _run(spec: RestartSpec, job: SaveStateJob | RestartJob) -> list[Any]:
+    """Every rank's result of ``job`` on fresh ranks started with "spawn" (every rank a new
+    interpreter, as after a job's restart: no forkserver preload).
+
+    Raises:
+      JobError: a rank raised (the message names it and the error) or the job timed out.
+    """
+    gathered = SpawnLauncher(timeout_s=spec.timeout_s, start_method="spawn").run(job)
+    failed = [g.message for g in gathered if isinstance(g, RankFailure)]
+    if failed:
+        raise JobError(f"{job.label}: {'; '.join(failed)}")
+    return gathered
 
 
 def prepare_checkpoint(
@@ -61,13 +74,13 @@ def prepare_checkpoint(
       must give (``expected`` of measure_cold_restart).
 
     Raises:
-      RankError: a rank failed (its traceback in the message).
+      JobError: a rank failed (the message names it and the error).
       ValueError: `interrupted` is not newer than `step`.
     """
     if interrupted is not None and interrupted <= step:
         raise ValueError(f"interrupted step {interrupted} must be newer than step {step}")
     url = f"{base_url}/step-{step}"
-    firsts = _ranks(spec).run(rank.save_rank, spec.world_size, spec.model, url, endpoint, local_dir)
+    firsts = _run(spec, SaveStateJob(spec.model, spec.world_size, url, endpoint, local_dir))
     if interrupted is not None:
         from gcsckpt.io import ObjectStore
 
@@ -143,7 +156,7 @@ def measure_cold_restart(
 
     Raises:
       ValueError: rounds < 1, an unknown reader, or gcsckpt-local without local_dir.
-      RankError: a rank failed (the message names it and carries its traceback).
+      JobError: a rank failed (the message names it and the error).
     """
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
@@ -155,21 +168,16 @@ def measure_cold_restart(
     if rank.LOCAL_ARM in readers and local_dir is None:
         raise ValueError(f"the {rank.LOCAL_ARM} arm needs local_dir")
     rows = []
-    for index in range(rounds):
-        for reader in readers:
-            began = time.time()
-            ranks = _ranks(spec).run(
-                rank.restart_rank,
-                spec.world_size,
-                reader,
-                spec.model,
-                base_url,
-                endpoint,
-                local_dir,
-            )
-            rows.append(_row(reader, index, spec, base_url, began, ranks))
-            if on_row is not None:
-                on_row(rows[-1])
+
+    def restart(reader: str, index: int) -> bool:
+        job = RestartJob(reader, spec.model, spec.world_size, base_url, endpoint, local_dir)
+        began = time.time()
+        rows.append(_row(reader, index, spec, base_url, began, _run(spec, job)))
+        if on_row is not None:
+            on_row(rows[-1])
+        return True
+
+    interleave(dict.fromkeys(readers, rounds), restart)
     want = (rows[0]["loss_hex"], rows[0]["state_digest"])
     if expected is not None:
         want = (expected[0].loss_hex, _digest(expected))
@@ -184,12 +192,12 @@ def format_table(rows: list[dict[str, Any]]) -> str:
     gcsckpt's speed-up over stock (stock mean / gcsckpt mean) when both ran, and the local
     tier's over both."""
     head = ["reader", "round", *PHASES, "total_s", "step", "source", "verified"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for row in rows:
         cells = [row["reader"], str(row["round"])]
         cells += [f"{row[k]:.2f}" for k in (*PHASES, "total_s")]
         cells += [str(row["step"]), row.get("source", "gcs"), "yes" if row["verified"] else "NO"]
-        lines.append("| " + " | ".join(cells) + " |")
+        body.append(cells)
     means = {}
     for reader in dict.fromkeys(r["reader"] for r in rows):
         mine = [r for r in rows if r["reader"] == reader]
@@ -197,7 +205,8 @@ def format_table(rows: list[dict[str, Any]]) -> str:
         cells = [f"{reader} mean", str(len(mine))] + [
             f"{means[reader][k]:.2f}" for k in means[reader]
         ]
-        lines.append("| " + " | ".join(cells + ["", "", ""]) + " |")
+        body.append(cells + ["", "", ""])
+    lines = [markdown_table(head, body)]
     if "gcsckpt" in means and "fsspec" in means:
         ours, stock = means["gcsckpt"], means["fsspec"]
         lines.append(

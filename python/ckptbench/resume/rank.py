@@ -23,12 +23,14 @@ import hashlib
 import json
 import time
 import warnings
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
+from ckptbench.resume.jobs import RestartJob, SaveStateJob
 from ckptbench.resume.listing import list_names, split_url
 from ckptbench.worker import arms
 from ckptbench.worker.jobs import SAVE_SEED
@@ -127,16 +129,16 @@ def state_digest(state: RankState) -> str:
     return hashlib.sha256(json.dumps(sums, sort_keys=True).encode()).hexdigest()
 
 
-def save_rank(
-    rank: int, model: str, url: str, endpoint: str | None, local_dir: str | None = None
-) -> FirstStep:
-    """Saves the state seeded with SAVE_SEED (``build_rank_state``: parameters and AdamW state)
-    to `url` (GCSStorageWriter, overwrite on), then runs the first step on it: what a restart
-    from `url` must give. With `local_dir`, the save goes through ``GCSCheckpointer("sync",
-    root=<url's run>, local_dir=local_dir).save(state, step=N)``: the same objects in GCS, and
-    each rank's copy in the node-local tier."""
-    del rank
+def save_rank(job: SaveStateJob, report: Any = None) -> FirstStep:
+    """(``SaveStateJob.entry``) Saves the state seeded with SAVE_SEED (``build_rank_state``:
+    parameters and AdamW state) to ``job.url`` (GCSStorageWriter, overwrite on), then runs the
+    first step on it: what a restart from that url must give. With ``job.local_dir``, the save
+    goes through ``GCSCheckpointer("sync", root=<url's run>, local_dir=...).save(state,
+    step=N)``: the same objects in GCS, and each rank's copy in the node-local tier."""
+    del report
     from gcsckpt.dcp import GCSCheckpointer, GCSStorageWriter
+
+    model, url, endpoint, local_dir = job.model, job.url, job.endpoint, job.local_dir
 
     dims = _dims(dist.get_world_size())
     mesh = build_mesh(dims, "cpu")
@@ -164,22 +166,17 @@ def _now() -> float:
     return time.time()
 
 
-def restart_rank(
-    rank: int,
-    reader: str,
-    model: str,
-    base_url: str,
-    endpoint: str | None,
-    local_dir: str | None = None,
-):
-    """One rank of a cold restart with arm `reader` (``gcsckpt``, ``fsspec``, or
-    ``gcsckpt-local`` with the node-local tier in `local_dir`) from the newest complete
-    ``step-N`` under `base_url`. Returns a RankRestart.
+def restart_rank(job: RestartJob, report: Any = None) -> RankRestart:
+    """(``RestartJob.entry``) One rank of a cold restart with arm ``job.reader`` (``gcsckpt``,
+    ``fsspec``, or ``gcsckpt-local`` with the node-local tier in ``job.local_dir``) from the
+    newest complete ``step-N`` under ``job.base_url``.
 
     Raises:
       what the listing or ``dcp.load`` raises (e.g. CheckpointException).
     """
-    del rank
+    del report
+    reader, model, base_url = job.reader, job.model, job.base_url
+    endpoint, local_dir = job.endpoint, job.local_dir
     entered = _now()
     state = fresh_state(model)
     built = _now()
@@ -198,19 +195,30 @@ def restart_rank(
         storage_reader = arms.make_reader(reader, bucket, folder, endpoint)
         dcp.load(state.state_dict, storage_reader=storage_reader, planner=planner)
         _apply(state)
+    return _first_step(state, (entered, built, found), step, planner.committed_tensor_bytes)
+
+
+def _first_step(
+    state: RankState,
+    stamps: tuple[float, float, float],
+    step: int | None,
+    committed_bytes: int | None,
+    source: str = "gcs",
+) -> RankRestart:
+    """Ends the load phase (barrier), runs the first step on the loaded state and returns the
+    rank's RankRestart; ``stamps``: (entered, built, found)."""
     loaded = _now()
     loss_hex = train_step(state, (step or 0) + 1)
     stepped = _now()
     return RankRestart(
-        entered=entered,
-        built=built,
-        found=found,
+        *stamps,
         loaded=loaded,
         stepped=stepped,
         step=step,
         first=FirstStep(loss_hex, state_digest(state)),
-        committed_bytes=planner.committed_tensor_bytes,
+        committed_bytes=committed_bytes,
         expected_bytes=expected_bytes(state.state_dict),
+        source=source,
     )
 
 
@@ -245,18 +253,4 @@ def _restart_with_manager(
     ckpt.close()
     if step is not None:
         _apply(state)
-    loaded = _now()
-    loss_hex = train_step(state, (step or 0) + 1)
-    stepped = _now()
-    return RankRestart(
-        entered=entered,
-        built=built,
-        found=found,
-        loaded=loaded,
-        stepped=stepped,
-        step=step,
-        first=FirstStep(loss_hex, state_digest(state)),
-        committed_bytes=None,
-        expected_bytes=expected_bytes(state.state_dict),
-        source=source,
-    )
+    return _first_step(state, (entered, built, found), step, None, source)

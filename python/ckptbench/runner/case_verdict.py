@@ -7,9 +7,11 @@ from the bytes the rank's state dict needs. Its rounds are still recorded (for d
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ckptbench.harness.job import RankFailure
 from ckptbench.record.case_result import (
     SCENARIO_WRITE,
     STATUS_FAILED,
@@ -21,8 +23,7 @@ from ckptbench.record.case_result import (
 )
 from ckptbench.record.resources import ResourceUsage
 from ckptbench.runner.manifest import SetupManifest
-from ckptbench.worker.jobs import RankLoadResult, RankRound
-from ckptbench.worker.rank import RankFailure
+from ckptbench.worker.jobs import RANK_RESULTS, RankLoadResult, RankRound, RankSaveResult
 
 _LISTED = 3  # keys named per failing rank in a message
 _PROBLEMS = 4  # problems quoted in one error message; the rest are counted
@@ -49,7 +50,7 @@ def _round_problem(index: int, rank: int, record: RankRound) -> str | None:
     return None
 
 
-def _rounds(ranks: Sequence[RankLoadResult]) -> list[RoundRecord]:
+def _rounds(ranks: Sequence[RankLoadResult | RankSaveResult]) -> list[RoundRecord]:
     complete = min(len(r.rounds) for r in ranks)
     records = []
     for index in range(complete):
@@ -71,7 +72,7 @@ def _rounds(ranks: Sequence[RankLoadResult]) -> list[RoundRecord]:
 def timed_windows(gathered: Sequence[Any] | None) -> list[tuple[float, float]]:
     """Per round every rank completed, (first rank's start, last rank's end) in ``time.time()``
     seconds: the windows whose CPU counts as the load's (or save's); [] when none."""
-    ranks = [g for g in gathered or () if isinstance(g, RankLoadResult)]
+    ranks = [g for g in gathered or () if isinstance(g, RANK_RESULTS)]
     if not ranks or len(ranks) != len(gathered or ()):
         return []
     complete = min(len(r.rounds) for r in ranks)
@@ -94,12 +95,15 @@ def merge_rank_results(parts: Sequence[Sequence[Any]]) -> list[Any]:
         if failure is not None:
             merged.append(failure)
             continue
+        written = {}
+        if isinstance(entries[0], RankSaveResult):
+            written["written_bytes"] = tuple(b for e in entries for b in e.written_bytes)
         merged.append(
-            RankLoadResult(
-                rank=entries[0].rank,
+            dataclasses.replace(
+                entries[0],
                 rounds=tuple(r for e in entries for r in e.rounds),
                 error=next((e.error for e in entries if e.error), None),
-                written_bytes=tuple(b for e in entries for b in e.written_bytes),
+                **written,
             )
         )
     return merged
@@ -122,8 +126,8 @@ def load_result(
 
     Args:
       info: the case. reader: the reader's name.
-      gathered: per-rank results (RankLoadResult or RankFailure), or None when the job gave
-        none (then ``error`` says why).
+      gathered: per-rank results (RankLoadResult, RankSaveResult or RankFailure), or None when
+        the job gave none (then ``error`` says why).
       rounds_wanted: rounds the job was asked for.
       manifest: the checkpoint's setup manifest (physical size, object count).
       reader_options: recorded with the row.
@@ -139,7 +143,7 @@ def load_result(
     if gathered is not None:
         failed = [g for g in gathered if isinstance(g, RankFailure)]
         problems += [f.message for f in failed]
-        loads = [g for g in gathered if isinstance(g, RankLoadResult)]
+        loads = [g for g in gathered if isinstance(g, RANK_RESULTS)]
         if not failed and loads:
             problems += sorted({r.error for r in loads if r.error})
             records = _rounds(loads)
@@ -189,7 +193,7 @@ def save_result(
     and also when rank 0 reports no written bytes or saves of different sizes."""
     sizes: set[int] = set()
     for entry in gathered or ():
-        if isinstance(entry, RankLoadResult) and entry.rank == 0:
+        if isinstance(entry, RankSaveResult) and entry.rank == 0:
             sizes = set(entry.written_bytes)
     if error is None and gathered is not None and len(sizes) > 1:
         error = f"saves of {writer} wrote different sizes: {sorted(sizes)} bytes"

@@ -14,10 +14,9 @@ from typing import Any
 from absl import app
 
 from ckptbench.cases.catalogue import CaseError
+from ckptbench.harness.launch import TorchrunLauncher, init_from_env
 from ckptbench.runner.benchmark import run_benchmark
 from ckptbench.runner.flags import FLAGS, config_from_flags
-from ckptbench.runner.launch import TorchrunLauncher
-from ckptbench.worker.rank import init_from_env
 
 
 def under_torchrun() -> bool:

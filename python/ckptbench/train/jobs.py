@@ -3,14 +3,14 @@
 ``TrainJob`` is one round of one arm on one layout: build, train ``steps`` steps with a
 checkpoint every ``every``, then (``verify``) load every checkpoint back. An arm whose ranks run
 on an interpreter of its own (dataflux) trains with ``verify=False`` and ``VerifyTrainJob``
-checks its checkpoints on the runner's interpreter, as the save benchmark does.
+checks its checkpoints on the runner's interpreter, as the save benchmark does. Both are
+``harness.job.Job``s whose entries are in ``loop``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import types
-from typing import Any
+from typing import ClassVar
 
 from ckptbench.train.saving import arm_parts
 from ckptbench.worker.arms import arm_python
@@ -37,6 +37,8 @@ class TrainJob:
       device: ``cpu`` only (gloo).
     """
 
+    entry: ClassVar[str] = "ckptbench.train.loop:run_train"
+
     arm: str
     layout: str
     world_size: int
@@ -62,11 +64,6 @@ class TrainJob:
         return f"train {self.layout} with {self.arm}, round {self.round_index + 1}"
 
     @property
-    def case(self) -> Any:
-        """What the launcher reads of a job's case: its ``world_size``."""
-        return types.SimpleNamespace(world_size=self.world_size, name=f"train-{self.layout}")
-
-    @property
     def python(self) -> str | None:
         """The interpreter its ranks run on (None: the runner's; see ``arms.arm_python``)."""
         writer, _ = arm_parts(self.arm)
@@ -89,10 +86,12 @@ class VerifyTrainJob:
       sums: per rank, per checkpoint: the state's checksums at the checkpoint's step.
     """
 
+    entry: ClassVar[str] = "ckptbench.train.loop:run_verify_train"
+    python: ClassVar[None] = None  # always the runner's interpreter
+    device: ClassVar[str] = "cpu"
+
     train: TrainJob
     sums: tuple[tuple[dict[str, str], ...], ...]
-    python = None
-    device = "cpu"
 
     @property
     def label(self) -> str:
@@ -100,9 +99,9 @@ class VerifyTrainJob:
         return f"verify the checkpoints of {self.train.label}"
 
     @property
-    def case(self) -> Any:
-        """What the launcher reads of a job's case: its ``world_size``."""
-        return self.train.case
+    def world_size(self) -> int:
+        """Ranks: the training job's."""
+        return self.train.world_size
 
 
 @dataclasses.dataclass(frozen=True)

@@ -25,10 +25,9 @@ from typing import Any
 
 import psutil
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 
+from ckptbench.harness.job import describe_error
 from ckptbench.record.resources import ResourceSampler
 from ckptbench.roles import LOCAL_TIER, LOCALFS
 from ckptbench.train import saving
@@ -42,16 +41,9 @@ from ckptbench.train.jobs import (
     VerifyTrainJob,
 )
 from ckptbench.train.model import build_trainer, layout_dims, model_config, train_step
-from ckptbench.worker.load_job import (
-    LISTED_KEYS,
-    compare_checksums,
-    describe_error,
-    job_scratch_dir,
-    msc_profile,
-)
-from ckptbench.worker.planner import counting_planner_for
-from ckptbench.worker.save_job import VERIFY_READER, _copy_to_disk, _empty
+from ckptbench.worker.load_job import LISTED_KEYS, job_scratch_dir, msc_profile
 from ckptbench.worker.save_probe import release_free_memory
+from ckptbench.worker.verify import copy_to_disk, empty_prefix, load_back, node_local_folder
 from ckptbench.workloads.models.state import app_state_dict, expected_bytes, local_checksums
 from ckptbench.workloads.parallel.mesh import build_mesh
 from gcsckpt.dcp.local_tier import LocalTier
@@ -71,15 +63,14 @@ def checkpoint_prefix(job: TrainJob, step: int) -> str:
 
 def _tier_folder(job: TrainJob, scratch: str) -> str:
     """The local-tier arm's ``local_dir``: below ``job.local_root`` (tmpfs) or the scratch dir."""
-    root = job.local_root or scratch
-    return os.path.join(root, f"gcsckpt-train-{os.path.basename(scratch)}-tier")
+    return node_local_folder(job.local_root, scratch, "tier")
 
 
 def _local_folder(job: TrainJob, scratch: str, step: int) -> str:
     """The localfs checkpoint folder of ``step``: below ``job.local_root`` or the scratch dir."""
-    root = job.local_root or scratch
-    name = checkpoint_prefix(job, step).replace("/", "-")
-    return os.path.join(root, f"gcsckpt-train-{os.path.basename(scratch)}-{name}")
+    return node_local_folder(
+        job.local_root, scratch, checkpoint_prefix(job, step).replace("/", "-")
+    )
 
 
 class _Done:
@@ -204,26 +195,24 @@ def _verify(job: TrainJob, target: dict, sums: tuple, scratch: str) -> tuple[Ver
             local = writer == LOCALFS
             folder = _local_folder(job, scratch, step) if local else os.path.join(scratch, prefix)
             if store is not None:
-                _copy_to_disk(store, job.bucket, prefix, folder)
+                copy_to_disk(store, job.bucket, prefix, folder)
             dist.barrier()
-            planner = counting_planner_for(VERIFY_READER)
-            dcp.load(target, storage_reader=FileSystemReader(folder), planner=planner)
+            back = load_back(target, folder, saved)
             dist.barrier()
-            differ, missing = compare_checksums(saved, local_checksums(target))
             out.append(
                 Verified(
                     step,
-                    len(differ),
-                    len(missing),
-                    planner.committed_tensor_bytes,
-                    expected_bytes(target),
-                    tuple(differ[:LISTED_KEYS]),
+                    back.mismatch_count,
+                    back.missing_count,
+                    back.committed_bytes,
+                    back.expected_bytes,
+                    back.mismatched,
                 )
             )
             if copier:
                 shutil.rmtree(folder, ignore_errors=True)
                 if store is not None and rank == 0:
-                    _empty(store, job.bucket, prefix)
+                    empty_prefix(store, job.bucket, prefix)
             dist.barrier()
         if writer == LOCAL_TIER and out:
             out[-1] = _verify_tier(job, target, sums[-1], scratch, out[-1])
@@ -252,16 +241,14 @@ def _verify_tier(job: TrainJob, target: dict, saved: dict, scratch: str, gcs: Ve
         return dataclasses.replace(
             gcs, missing_count=gcs.missing_count + 1, mismatched=(*gcs.mismatched, problem)
         )
-    planner = counting_planner_for(VERIFY_READER)
-    dcp.load(target, storage_reader=FileSystemReader(tier.folder(gcs.step)), planner=planner)
-    differ, missing = compare_checksums(saved, local_checksums(target))
+    back = load_back(target, tier.folder(gcs.step), saved)
     return Verified(
         gcs.step,
-        gcs.mismatch_count + len(differ),
-        gcs.missing_count + len(missing),
-        min(gcs.committed_bytes, planner.committed_tensor_bytes),
+        gcs.mismatch_count + back.mismatch_count,
+        gcs.missing_count + back.missing_count,
+        min(gcs.committed_bytes, back.committed_bytes),
         gcs.expected_bytes,
-        tuple([*gcs.mismatched, *(f"local tier: {k}" for k in differ)][:LISTED_KEYS]),
+        tuple([*gcs.mismatched, *(f"local tier: {k}" for k in back.mismatched)][:LISTED_KEYS]),
     )
 
 
@@ -278,17 +265,18 @@ def _remove(job: TrainJob, scratch: str) -> None:
         elif writer is not None:
             store = ObjectStore(job.endpoint)
             try:
-                _empty(store, job.bucket, checkpoint_prefix(job, step))
+                empty_prefix(store, job.bucket, checkpoint_prefix(job, step))
             finally:
                 store.close()
 
 
-def run_train(job: TrainJob, start: Callable = saving.start_save) -> RankTrain:
-    """One round of ``job`` on this rank (process group initialized): the loop, then, with
-    ``job.verify``, every checkpoint loaded back.
+def run_train(job: TrainJob, report: Any = None, start: Callable = saving.start_save) -> RankTrain:
+    """One round of ``job`` on this rank (process group initialized; ``TrainJob.entry``): the
+    loop, then, with ``job.verify``, every checkpoint loaded back.
 
     Args:
       job: the round.
+      report: the harness's progress callback (unused: one round is a few seconds).
       start: starts one checkpoint (``saving.start_save``'s signature; tests pass others).
 
     Returns:
@@ -316,10 +304,10 @@ def run_train(job: TrainJob, start: Callable = saving.start_save) -> RankTrain:
     return dataclasses.replace(result, verified=verified, sums=())
 
 
-def run_verify_train(job: VerifyTrainJob) -> RankTrain:
-    """Loads back the checkpoints a ``TrainJob(verify=False)`` left (into a state built with
-    another seed) and compares them with the job's checksums; a RankTrain carrying only
-    ``verified`` (or ``error``)."""
+def run_verify_train(job: VerifyTrainJob, report: Any = None) -> RankTrain:
+    """(``VerifyTrainJob.entry``) Loads back the checkpoints a ``TrainJob(verify=False)`` left
+    (into a state built with another seed) and compares them with the job's checksums; a
+    RankTrain carrying only ``verified`` (or ``error``)."""
     rank = dist.get_rank()
     train = job.train
     config = model_config(train.scale)
@@ -334,16 +322,3 @@ def run_verify_train(job: VerifyTrainJob) -> RankTrain:
         _remove(train, scratch)
         return RankTrain(rank, error=f"verifying load: {describe_error(err)}")
     return RankTrain(rank, verified=verified)
-
-
-def train_rank_main(rank: int, job: TrainJob | VerifyTrainJob, queue: Any) -> list[Any] | None:
-    """Rank entry for ``runner.launch.SpawnLauncher`` (group joined): runs the job, gathers
-    every rank's RankTrain; returns them on rank 0, None elsewhere."""
-    del queue  # no progress lines: one job is a few seconds
-    if isinstance(job, VerifyTrainJob):
-        mine = run_verify_train(job)
-    else:
-        mine = run_train(job)
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, mine)
-    return gathered if rank == 0 else None

@@ -21,7 +21,8 @@ from typing import Any
 
 from ckptbench.publish.schema import column_names
 from ckptbench.record.case_result import STATUS_FAILED, STATUS_OK, RunContext
-from ckptbench.record.metrics import WORKLOAD_FAMILY, run_columns
+from ckptbench.record.columns import WORKLOAD_FAMILY
+from ckptbench.record.metrics import run_columns
 from ckptbench.train.jobs import RankTrain, TrainJob
 from ckptbench.train.model import MODEL, layout_dims
 from ckptbench.train.saving import CONTROL

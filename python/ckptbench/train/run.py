@@ -3,7 +3,7 @@
 processes; then per arm the figures, rows and table.
 
 The caller brings the endpoint and the launcher (``//bench:train_ckpt`` and the main job both
-use ``runner.storage.BenchStorage`` and ``runner.launch.SpawnLauncher``), so this package sits
+use ``runner.storage.BenchStorage`` and ``harness.launch.SpawnLauncher``), so this package sits
 below the runner. A dataflux round trains on that arm's venv unverified and a
 ``VerifyTrainJob`` loads its checkpoints back on the runner's interpreter.
 """
@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ckptbench.harness.rounds import interleave
 from ckptbench.publish.row_files import write_results
 from ckptbench.publish.train_table import print_train_table
 from ckptbench.record.case_result import RunContext
 from ckptbench.roles import BASELINE, LOCAL_TIER, LOCALFS
 from ckptbench.train.jobs import RankTrain, TrainJob, VerifyTrainJob
-from ckptbench.train.loop import train_rank_main
 from ckptbench.train.model import LAYOUTS, model_config
 from ckptbench.train.rows import ArmResult, round_figures, train_row
 from ckptbench.train.saving import ARMS, CONTROL, arm_parts, writer_mode_settings
@@ -116,10 +116,10 @@ def _round(job: TrainJob, launcher: Any) -> list[Any]:
     on another)."""
     separate = job.python is not None
     first = dataclasses.replace(job, verify=False) if separate else job
-    gathered = launcher.run(first, entry=train_rank_main)
+    gathered = launcher.run(first)
     if separate and round_failure(gathered) is None and job.checkpoint_steps:
         check = VerifyTrainJob(job, tuple(r.sums for r in gathered))
-        checked = launcher.run(check, entry=train_rank_main)
+        checked = launcher.run(check)
         if round_failure(checked) is not None:
             return checked
         gathered = [
@@ -144,7 +144,7 @@ def run_training(
       settings: the run.
       bucket / endpoint: where GCS arms save (endpoint: emulator URL; None: real GCS).
       prefix: object prefix below which every round saves (a unique folder is added).
-      launcher: runs a job on ``ranks`` fresh processes (``runner.launch.SpawnLauncher``).
+      launcher: runs a job on ``ranks`` fresh processes (``harness.launch.SpawnLauncher``).
       say: where a line per round goes.
     """
     tag = uuid.uuid4().hex[:8]
@@ -154,39 +154,40 @@ def run_training(
     gathered: dict[tuple[str, str], list[list[Any]]] = {}
     jobs: dict[tuple[str, str], TrainJob] = {}
     errors: dict[tuple[str, str], str] = {}
-    for index in range(settings.rounds):
-        for layout in settings.layouts:
-            for arm in settings.run_arms:
-                key = (layout, arm)
-                if index >= settings.rounds_for(arm) or key in errors:
-                    continue
-                base = "/".join(p for p in (prefix, "train", tag, layout, arm) if p)
-                job = TrainJob(
-                    arm,
-                    layout,
-                    settings.ranks,
-                    settings.scale,
-                    settings.steps,
-                    settings.every,
-                    bucket,
-                    endpoint,
-                    f"{base}/round{index + 1}",
-                    local_root=local_root if arm_parts(arm)[0] in (LOCALFS, LOCAL_TIER) else None,
-                    round_index=index,
-                )
-                jobs.setdefault(key, job)
-                try:
-                    results = _round(job, launcher)
-                    error = round_failure(results)
-                except Exception as err:  # a job that cannot start or dies fails its arm
-                    results, error = None, f"{type(err).__name__}: {err}"
-                if error is None:
-                    gathered.setdefault(key, []).append(results)
-                    wall = max(r.wall_s for r in results)
-                    say(f"{job.label}: {wall:.1f} s, {len(job.checkpoint_steps)} checkpoints")
-                else:
-                    errors[key] = error
-                    say(f"{job.label} FAILED: {error}")
+
+    def one_round(key: tuple[str, str], index: int) -> bool:
+        layout, arm = key
+        base = "/".join(p for p in (prefix, "train", tag, layout, arm) if p)
+        job = TrainJob(
+            arm,
+            layout,
+            settings.ranks,
+            settings.scale,
+            settings.steps,
+            settings.every,
+            bucket,
+            endpoint,
+            f"{base}/round{index + 1}",
+            local_root=local_root if arm_parts(arm)[0] in (LOCALFS, LOCAL_TIER) else None,
+            round_index=index,
+        )
+        jobs.setdefault(key, job)
+        try:
+            results = _round(job, launcher)
+            error = round_failure(results)
+        except Exception as err:  # a job that cannot start or dies fails its arm
+            results, error = None, f"{type(err).__name__}: {err}"
+        if error is not None:
+            errors[key] = error
+            say(f"{job.label} FAILED: {error}")
+            return False
+        gathered.setdefault(key, []).append(results)
+        wall = max(r.wall_s for r in results)
+        say(f"{job.label}: {wall:.1f} s, {len(job.checkpoint_steps)} checkpoints")
+        return True
+
+    keys = [(layout, arm) for layout in settings.layouts for arm in settings.run_arms]
+    interleave({key: settings.rounds_for(key[1]) for key in keys}, one_round)
     out = []
     for (layout, arm), job in jobs.items():
         rounds = gathered.get((layout, arm), [])

@@ -1,16 +1,17 @@
 """What the runner asks rank processes to do, and what they answer (picklable, no torch).
 
-A job runs on every rank of one case's world. ``SetupJob`` builds the case's state with the save
-seed and writes the checkpoint plus per-rank checksums; ``LoadJob`` runs the timed rounds with one
-reader and verifies each load; ``SaveJob`` runs timed saves with one writer and verifies each one
-by loading it back with the stock reader. Every rank returns one result; rank results are
-gathered so each rank (and the runner) sees all of them in rank order.
+A job runs on every rank of one case's world (``harness.job.Job``: its ``entry`` names the rank
+function in ``setup_job``, ``load_job`` or ``save_job``). ``SetupJob`` builds the case's state
+with the save seed and writes the checkpoint plus per-rank checksums; ``LoadJob`` runs the timed
+rounds with one reader and verifies each load; ``SaveJob`` runs timed saves with one writer and
+verifies each one by loading it back with the stock reader. Every rank returns one result; rank
+results are gathered so each rank (and the runner) sees all of them in rank order.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, ClassVar
 
 from ckptbench.record.case_result import RankSave
 from ckptbench.roles import READERS, WRITERS
@@ -69,6 +70,9 @@ class SetupJob:
       device: ``cpu`` or ``cuda``.
     """
 
+    entry: ClassVar[str] = "ckptbench.worker.setup_job:run_setup"
+    python: ClassVar[None] = None  # always the runner's interpreter
+
     case: Any
     storage: Storage
     device: str = "cpu"
@@ -77,6 +81,11 @@ class SetupJob:
     def label(self) -> str:
         """Short description for progress lines and errors."""
         return f"setup {self.case.name}"
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the job runs on: the case's."""
+        return self.case.world_size
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +99,8 @@ class LoadJob:
       first_round: index of the first of them in the case's rounds (its seed and label), so a
         runner that interleaves arms one round per job still gives every round its own seed.
     """
+
+    entry: ClassVar[str] = "ckptbench.worker.load_job:run_load"
 
     case: Any
     storage: Storage
@@ -108,6 +119,11 @@ class LoadJob:
     def label(self) -> str:
         """Short description for progress lines and errors."""
         return f"load {self.case.name} with {self.reader}"
+
+    @property
+    def world_size(self) -> int:
+        """Ranks the job runs on: the case's."""
+        return self.case.world_size
 
     @property
     def python(self) -> str | None:
@@ -130,6 +146,8 @@ class SaveJob:
         (``arms.local_save_root``: ``/dev/shm`` when it has room); None: the job's scratch dir.
     """
 
+    entry: ClassVar[str] = "ckptbench.worker.save_job:run_save"
+
     case: Any
     storage: Storage
     writer: str
@@ -151,6 +169,11 @@ class SaveJob:
         return f"save {self.case.name} with {self.writer}"
 
     @property
+    def world_size(self) -> int:
+        """Ranks the job runs on: the case's."""
+        return self.case.world_size
+
+    @property
     def python(self) -> str | None:
         """The interpreter its ranks run on (None: the runner's; see ``arms.arm_python``)."""
         return arm_python(self.writer)
@@ -165,6 +188,9 @@ class VerifySaveJob:
       case, storage, device, writer, first_round: as in the SaveJob.
     """
 
+    entry: ClassVar[str] = "ckptbench.worker.save_job:run_verify_save"
+    python: ClassVar[None] = None  # always the runner's interpreter
+
     case: Any
     storage: Storage
     writer: str
@@ -176,26 +202,31 @@ class VerifySaveJob:
         """Short description for progress lines and errors."""
         return f"verify the save of {self.case.name} by {self.writer}"
 
+    @property
+    def world_size(self) -> int:
+        """Ranks the job runs on: the case's."""
+        return self.case.world_size
+
 
 def with_verification(saved: list[Any], verified: list[Any]) -> list[Any]:
     """Per rank: the save job's timed round joined with the verify job's checks.
 
     Args:
-      saved: gathered RankLoadResults of a one-round ``SaveJob(verify=False)``.
-      verified: gathered results of the matching ``VerifySaveJob`` (RankLoadResult or a
+      saved: gathered RankSaveResults of a one-round ``SaveJob(verify=False)``.
+      verified: gathered results of the matching ``VerifySaveJob`` (RankSaveResult or a
         failure record with ``message``).
 
     Returns:
-      Gathered RankLoadResults as a verifying SaveJob would have returned them; a rank whose
+      Gathered RankSaveResults as a verifying SaveJob would have returned them; a rank whose
       verification failed carries its error and no round.
     """
     joined: list[Any] = []
     for save, check in zip(saved, verified, strict=True):
         error = getattr(check, "error", None) or getattr(check, "message", None)
-        if not isinstance(save, RankLoadResult) or save.error:
+        if not isinstance(save, RankSaveResult) or save.error:
             joined.append(save)
-        elif error or not isinstance(check, RankLoadResult):
-            joined.append(RankLoadResult(save.rank, (), error=error or "verification failed"))
+        elif error or not isinstance(check, RankSaveResult):
+            joined.append(RankSaveResult(save.rank, (), error=error or "verification failed"))
         else:
             timed = save.rounds[0]
             done = dataclasses.replace(
@@ -204,7 +235,7 @@ def with_verification(saved: list[Any], verified: list[Any]) -> list[Any]:
                 end_unix_s=timed.end_unix_s,
                 save=timed.save,
             )
-            joined.append(RankLoadResult(save.rank, (done,), written_bytes=check.written_bytes))
+            joined.append(RankSaveResult(save.rank, (done,), written_bytes=check.written_bytes))
     return joined
 
 
@@ -259,15 +290,30 @@ class RankRound:
 
 @dataclasses.dataclass(frozen=True)
 class RankLoadResult:
-    """One rank's rounds; ``error`` is set when a round raised (rounds holds those before it).
+    """One rank's timed loads; ``error`` is set when a round raised (rounds holds those before
+    it)."""
 
-    For a SaveJob each RankRound times one ``dcp.save``; its checksums and committed bytes are
-    those of loading the saved checkpoint back with the stock reader into a fresh state.
-    ``written_bytes`` (rank 0 only, one per round) are the bytes the save left in storage
-    (every object of the round's folder, ``.metadata`` included).
+    rank: int
+    rounds: tuple[RankRound, ...]
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RankSaveResult:
+    """One rank's timed saves; ``error`` is set when a save or its verification raised (rounds
+    holds those before it).
+
+    Each RankRound times one ``dcp.save``; its checksums and committed bytes are those of
+    loading the saved checkpoint back with the stock reader into a fresh state, its ``save``
+    the rank's own memory and phase measures. ``written_bytes`` (rank 0 only, one per round)
+    are the bytes the save left in storage (every object of the round's folder, ``.metadata``
+    included).
     """
 
     rank: int
     rounds: tuple[RankRound, ...]
     error: str | None = None
     written_bytes: tuple[int, ...] = ()
+
+
+RANK_RESULTS = (RankLoadResult, RankSaveResult)  # what a load or save job's rank answers

@@ -16,7 +16,6 @@ import json
 import os
 import tempfile
 import time
-import traceback
 import uuid
 from typing import Any
 
@@ -25,6 +24,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
+from ckptbench.harness.job import describe_error
 from ckptbench.roles import CANDIDATES
 from ckptbench.worker import arms, baseline
 from ckptbench.worker.jobs import (
@@ -43,22 +43,6 @@ from ckptbench.workloads.parallel.mesh import build_mesh
 from gcsckpt.io import ObjectStore
 
 LISTED_KEYS = 20  # mismatching keys kept per rank and round
-_ERROR_CHARS = 600  # characters of one rank's error kept in messages
-
-
-def describe_error(err: BaseException) -> str:
-    """One line per failing rank: ``rank R: Type: message`` (DCP's CheckpointException carries
-    every rank's exception; its str would be whole tracebacks)."""
-    failures = getattr(err, "failures", None)
-    if isinstance(err, CheckpointException) and failures:
-        parts = []
-        for rank, wrapped in sorted(failures.items()):
-            exc = wrapped[0] if isinstance(wrapped, tuple) else wrapped
-            text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            parts.append(f"rank {rank}: {text[:_ERROR_CHARS]}")
-        return "; ".join(parts)
-    text = "".join(traceback.format_exception_only(type(err), err)).strip()
-    return f"rank {dist.get_rank()}: {text[:_ERROR_CHARS]}"
 
 
 def _expected_checksums(job: LoadJob, rank: int, mesh: Any, device: torch.device) -> dict[str, str]:

@@ -20,69 +20,33 @@ import gc
 import os
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 
+from ckptbench.harness.job import describe_error
 from ckptbench.record.case_result import RankSave
 from ckptbench.roles import LOCALFS
 from ckptbench.worker import arms
 from ckptbench.worker.jobs import (
     SAVE_SEED,
-    RankLoadResult,
     RankRound,
+    RankSaveResult,
     SaveJob,
     VerifySaveJob,
     round_seed,
 )
-from ckptbench.worker.load_job import (
-    LISTED_KEYS,
-    compare_checksums,
-    describe_error,
-    job_scratch_dir,
-    msc_profile,
-)
-from ckptbench.worker.planner import counting_planner_for
+from ckptbench.worker.load_job import job_scratch_dir, msc_profile
 from ckptbench.worker.save_probe import SaveProbe, release_free_memory
 from ckptbench.worker.setup_job import rank_device
+from ckptbench.worker.verify import copy_to_disk, empty_prefix, load_back, node_local_folder
 from ckptbench.workloads.models.state import expected_bytes, local_checksums
 from ckptbench.workloads.parallel.app_state import build_app_state
 from ckptbench.workloads.parallel.mesh import build_mesh
 from gcsckpt.io import ObjectStore
-
-# Saves are checked with torch's stock FileSystemReader (and its default planner), never with
-# the arm's own reader.
-VERIFY_READER = "FileSystemReader"
-
-
-def _empty(store: ObjectStore, bucket: str, prefix: str) -> int:
-    """Deletes every object under ``prefix/``; returns the bytes they held."""
-    objects = store.list_objects(bucket, f"{prefix}/")
-    for info in objects:
-        store.delete(bucket, info.name)
-    return sum(info.size for info in objects)
-
-
-def _copy_to_disk(store: ObjectStore, bucket: str, prefix: str, folder: str) -> int:
-    """Downloads every object under ``prefix/`` into ``folder`` (same relative names, byte for
-    byte, 4 at a time through ObjectStore); returns the bytes copied."""
-    objects = store.list_objects(bucket, f"{prefix}/")
-
-    def fetch(info) -> int:
-        path = os.path.join(folder, info.name[len(prefix) + 1 :])
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        data = store.download(bucket, info.name)
-        with open(path, "wb") as f:
-            f.write(data)
-        return len(data)
-
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        return sum(pool.map(fetch, objects))
 
 
 def _folder_bytes(folder: str) -> int:
@@ -93,26 +57,6 @@ def _folder_bytes(folder: str) -> int:
         for root, _, names in os.walk(folder)
         for name in names
     )
-
-
-def _local_folder(job: SaveJob, index: int, scratch: str) -> str:
-    """The ``localfs`` save folder of round ``index``: below ``job.local_root`` (``/dev/shm``)
-    with the job's scratch id in its name, else inside the job's scratch dir.
-
-    Raises:
-      ValueError: the ranks span more than one node (the folder is node-local).
-    """
-    world = dist.get_world_size()
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    if local_world != world:
-        raise ValueError(
-            f"the {LOCALFS} reference writes to a node-local folder and needs every rank "
-            f"on one node (world size {world}, {local_world} ranks on this node)"
-        )
-    name = f"{LOCALFS}-round{index + 1}"
-    if job.local_root is None:
-        return os.path.join(scratch, name)
-    return os.path.join(job.local_root, f"gcsckpt-bench-{os.path.basename(scratch)}-{name}")
 
 
 def _verify(
@@ -158,7 +102,7 @@ def _verify(
             elif copier:
                 copy_store = store or ObjectStore(job.storage.endpoint)
                 try:
-                    _copy_to_disk(copy_store, job.storage.bucket, prefix, folder)
+                    copy_to_disk(copy_store, job.storage.bucket, prefix, folder)
                 finally:
                     if copy_store is not store:
                         copy_store.close()
@@ -166,34 +110,31 @@ def _verify(
             target = build_app_state(
                 job.case.model, job.case.parallel_dims, mesh, seed=SAVE_SEED, device=device
             )
-            needed = expected_bytes(target)
-            planner = counting_planner_for(VERIFY_READER)
-            dcp.load(target, storage_reader=FileSystemReader(folder), planner=planner)
+            back = load_back(target, folder, saved_sums)
         except (Exception, CheckpointException) as err:
             if store is not None and local_folder is None:
-                _empty(store, job.storage.bucket, prefix)
+                empty_prefix(store, job.storage.bucket, prefix)
             return None, None, f"verifying load: {describe_error(err)}"
         dist.barrier()
     finally:
         if copier:
             shutil.rmtree(folder, ignore_errors=True)
-    differ, missing = compare_checksums(saved_sums, local_checksums(target))
     done = RankRound(
         start_unix_s=timed[0],
         end_unix_s=timed[1],
         counters={},
-        committed_tensor_bytes=planner.committed_tensor_bytes,
-        expected_bytes=needed,
-        mismatched=tuple(differ[:LISTED_KEYS]),
-        mismatch_count=len(differ),
-        missing=tuple(missing[:LISTED_KEYS]),
+        committed_tensor_bytes=back.committed_bytes,
+        expected_bytes=back.expected_bytes,
+        mismatched=back.mismatched,
+        mismatch_count=back.mismatch_count,
+        missing=back.missing,
         save=measures,
     )
     if store is not None and local_folder is None:
-        written = _empty(store, job.storage.bucket, prefix)
+        written = empty_prefix(store, job.storage.bucket, prefix)
     dist.barrier()  # nobody builds the next state before the folder is gone
     report(f"{label}: verified", 1, 1)
-    del target, planner
+    del target
     gc.collect()
     return done, written, None
 
@@ -205,7 +146,7 @@ def _round_state(job: SaveJob | VerifySaveJob, index: int, mesh: Any, device: An
     )
 
 
-def run_save(job: SaveJob, report) -> RankLoadResult:
+def run_save(job: SaveJob, report) -> RankSaveResult:
     """Runs ``job.rounds`` timed saves on this rank and, with ``job.verify``, verifies each one.
 
     Args:
@@ -213,7 +154,7 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
       report: ``report(phase, completed, total)`` progress callback.
 
     Returns:
-      RankLoadResult (rounds time the saves; see ``jobs.RankLoadResult``); when ``dcp.save`` or
+      RankSaveResult (see ``jobs.RankSaveResult``); when ``dcp.save`` or
       the verifying load raises, ``error`` says why and ``rounds`` holds the rounds before it.
       Without ``job.verify`` each round is timed only (``VerifySaveJob`` checks it later) and
       the save's objects stay in place.
@@ -234,11 +175,11 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
             saved_sums = local_checksums(state)
             folder = None
             if job.writer == LOCALFS:
-                folder = _local_folder(job, index, scratch)
+                folder = node_local_folder(job.local_root, scratch, f"{LOCALFS}-round{index + 1}")
                 if rank == 0:
                     shutil.rmtree(folder, ignore_errors=True)
             elif store is not None:
-                _empty(store, job.storage.bucket, prefix)
+                empty_prefix(store, job.storage.bucket, prefix)
             profile = None
             if job.writer == "msc":
                 profile = msc_profile(scratch, "msc-writer", index, job.storage, cache=False)
@@ -262,8 +203,8 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
                     if rank == 0:
                         shutil.rmtree(folder, ignore_errors=True)
                 elif store is not None:
-                    _empty(store, job.storage.bucket, prefix)  # a failed save leaves nothing
-                return RankLoadResult(rank, tuple(rounds), error=describe_error(err))
+                    empty_prefix(store, job.storage.bucket, prefix)  # a failed save leaves nothing
+                return RankSaveResult(rank, tuple(rounds), error=describe_error(err))
             finally:
                 if profile is not None:
                     profile.close()
@@ -287,22 +228,22 @@ def run_save(job: SaveJob, report) -> RankLoadResult:
                 local_folder=folder,
             )
             if error is not None:
-                return RankLoadResult(rank, tuple(rounds), error=error)
+                return RankSaveResult(rank, tuple(rounds), error=error)
             rounds.append(done)
             if size is not None:
                 written.append(size)
     finally:
         if store is not None:
             store.close()
-    return RankLoadResult(rank, tuple(rounds), written_bytes=tuple(written))
+    return RankSaveResult(rank, tuple(rounds), written_bytes=tuple(written))
 
 
-def run_verify_save(job: VerifySaveJob, report) -> RankLoadResult:
+def run_verify_save(job: VerifySaveJob, report) -> RankSaveResult:
     """Verifies round ``job.first_round`` of a save made by a ``SaveJob(verify=False)``: rebuilds
     the state it saved (same seed), loads the save back with the stock reader and compares.
 
     Returns:
-      RankLoadResult with one round carrying the verification (its times are 0: the save job
+      RankSaveResult with one round carrying the verification (its times are 0: the save job
       has them; ``jobs.with_verification`` joins the two), or ``error``.
     """
     rank = dist.get_rank()
@@ -321,5 +262,5 @@ def run_verify_save(job: VerifySaveJob, report) -> RankLoadResult:
         if store is not None:
             store.close()
     if error is not None:
-        return RankLoadResult(rank, (), error=error)
-    return RankLoadResult(rank, (done,), written_bytes=() if size is None else (size,))
+        return RankSaveResult(rank, (), error=error)
+    return RankSaveResult(rank, (done,), written_bytes=() if size is None else (size,))

@@ -1,7 +1,7 @@
-"""Launchers: how the runner gets a job run on every rank of a case's world.
+"""Launchers: how a benchmark gets a job (``harness.job.Job``) run on every rank of its world.
 
 ``SpawnLauncher`` (single machine, the default) runs each job on fresh local rank processes
-through ``ckptbench.harness.local_ranks`` (the launcher the tests use too: forkserver with torch,
+through ``harness.local_ranks`` (the launcher the tests use too: forkserver with torch,
 transformers, google-cloud-storage and the worker preloaded, model building warmed up once by
 ``worker.warm_up``; a free loopback port), relays the ranks' progress messages to the display,
 enforces a wall-clock limit and returns rank 0's gathered results.
@@ -11,17 +11,24 @@ another interpreter (``job.python``, e.g. the dataflux arm's venv) gets its rank
 
 ``TorchrunLauncher`` is for processes started by ``torchrun`` (one per rank, any number of
 nodes): the group is already formed (``env://``), so every rank calls the job itself.
+
+The load and save benchmark, the training benchmark and the cold restarts all run their jobs
+through ``SpawnLauncher`` (the restarts with ``start_method="spawn"``: every rank a new
+interpreter, as after a job's restart).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
-from ckptbench.harness.local_ranks import LocalRanks, RankError
-from ckptbench.worker.rank import run_job, spawned_rank_main
+from ckptbench.harness.job import Job, rank_main, run_job
+from ckptbench.harness.local_ranks import LocalRanks, RankError, backend_for
 
 # Imported once by the forkserver, shared copy-on-write by every rank process it forks: what
 # every job's ranks import or set up anyway (google-cloud-storage for the checksums object,
@@ -35,7 +42,7 @@ _PRELOAD = [
     "transformers.models.olmoe.modeling_olmoe",
     "transformers.models.llama.modeling_llama",
     "google.cloud.storage",
-    "ckptbench.worker.rank",
+    "ckptbench.harness.job",
     "ckptbench.worker.warm_up",
 ]
 _QUEUE_SIZE = 10_000
@@ -52,7 +59,7 @@ def _last_line(text: str) -> str:
 
 
 class SpawnLauncher:
-    """Runs jobs on ``job.case.world_size`` local rank processes.
+    """Runs jobs on ``job.world_size`` local rank processes.
 
     Args:
       timeout_s: wall-clock limit of one job, seconds; also the process group's collective
@@ -66,11 +73,12 @@ class SpawnLauncher:
     def __init__(self, timeout_s: float = 1800.0, start_method: str = "forkserver") -> None:
         self.timeout_s = timeout_s
         self.start_method = start_method
-        self._ranks = LocalRanks(_PRELOAD, start_method=start_method, timeout_s=timeout_s)
+        preload = _PRELOAD if start_method == "forkserver" else ()
+        self._ranks = LocalRanks(preload, start_method=start_method, timeout_s=timeout_s)
         self._foreign: dict[str, LocalRanks] = {}
 
-    def _ranks_for(self, job: Any) -> LocalRanks:
-        executable = getattr(job, "python", None)
+    def _ranks_for(self, job: Job) -> LocalRanks:
+        executable = job.python
         if executable is None:
             return self._ranks
         if executable not in self._foreign:
@@ -81,22 +89,14 @@ class SpawnLauncher:
         """One process decides everything here: the value is already agreed."""
         return value
 
-    def run(
-        self,
-        job: Any,
-        on_progress: Callable[[Any], None] | None = None,
-        entry: Callable[..., Any] | None = None,
-    ) -> list[Any]:
-        """Runs ``job`` on fresh rank processes; returns rank 0's gathered per-rank results.
+    def run(self, job: Job, on_progress: Callable[[Any], None] | None = None) -> list[Any]:
+        """Runs ``job`` on fresh rank processes; returns rank 0's gathered per-rank results
+        (``harness.job.run_job``: one per rank, a RankFailure where the rank's entry raised).
 
         Args:
-          job: a ``SetupJob``, ``LoadJob``, ``SaveJob`` or ``VerifySaveJob``, or any job of
-            ``entry``.
+          job: any ``harness.job.Job``.
           on_progress: called with the progress queue between polls (e.g.
             ``ProgressDisplay.drain``); None to ignore progress.
-          entry: the rank entry ``entry(rank, job, queue)`` (module level, so spawned ranks
-            import it); None: ``worker.rank.spawned_rank_main``. The training phase passes
-            ``train.loop.train_rank_main``.
 
         Raises:
           JobError: a rank process raised or exited (the message names the rank and the
@@ -105,12 +105,11 @@ class SpawnLauncher:
         """
         ranks = self._ranks_for(job)
         queue = ranks.queue(_QUEUE_SIZE)
-        world = job.case.world_size
+        world = job.world_size
         poll = None if on_progress is None else (lambda: on_progress(queue))
-        entry = entry or spawned_rank_main
         try:
             per_rank = ranks.run(
-                entry,
+                rank_main,
                 world,
                 job,
                 queue,
@@ -152,15 +151,37 @@ class TorchrunLauncher:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def run(self, job: Any, on_progress: Callable[[Any], None] | None = None) -> list[Any]:
+    def run(self, job: Job, on_progress: Callable[[Any], None] | None = None) -> list[Any]:
         """Runs ``job`` in this process; every rank returns all ranks' results.
 
         Raises:
-          JobError: the case's world size differs from torchrun's.
+          JobError: the job's world size differs from torchrun's.
         """
-        if job.case.world_size != self.world_size:
+        if job.world_size != self.world_size:
             raise JobError(
-                f"{job.label}: case needs world_size {job.case.world_size} but torchrun started "
+                f"{job.label}: case needs world_size {job.world_size} but torchrun started "
                 f"{self.world_size} processes (use --world_size_override={self.world_size})"
             )
         return run_job(job)
+
+
+def init_from_env(device: str, timeout_s: float) -> None:
+    """Joins the process group ``torchrun`` describes in the environment (``env://``), for a
+    ``TorchrunLauncher``.
+
+    Raises:
+      RuntimeError: the torchrun variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are
+        missing.
+    """
+    missing = [
+        v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ
+    ]
+    if missing:
+        raise RuntimeError(f"not started by torchrun: {', '.join(missing)} unset")
+    torch.set_num_threads(1)  # 2 cores here, many ranks: intra-op threads would only contend
+    if device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend_for(device), init_method="env://", timeout=timedelta(seconds=timeout_s)
+        )
