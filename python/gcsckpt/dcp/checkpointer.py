@@ -363,12 +363,24 @@ class GCSCheckpointer:
         Raises:
             ValueError: no root. ObjectStoreError: the listing or a `.metadata` read failed.
         """
-        return list_steps(self._object_store(), self._need_root("step_infos"))
+        root = self._need_root("step_infos")
+        self._retention_settled()
+        return list_steps(self._object_store(), root)
+
+    def _retention_settled(self) -> None:
+        """Waits for the retention runs committed saves have started, so a listing shows the
+        steps retention keeps (`save(..., step=5)` then `steps()` never lists a step that save
+        already doomed). apply_retention logs its failures and never raises."""
+        with self._lock:
+            runs, self._retention_runs = self._retention_runs, []
+        for run in runs:
+            run.result()
 
     def steps(self) -> list[int]:
         """The complete steps under root, newest first: `.metadata` committed and every object
-        it names present with its recorded size. Runs on the calling rank alone (one LIST and
-        one `.metadata` GET per committed step).
+        it names present with its recorded size, after the retention runs already started have
+        finished. Runs on the calling rank alone (one LIST and one `.metadata` GET per committed
+        step).
 
         Raises:
             ValueError: no root. ObjectStoreError: the listing or a read failed.
