@@ -35,6 +35,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.futures import Future
 
 from gcsckpt.dcp.paths import CheckpointLocation
+from gcsckpt.dcp.planner import GCSLoadPlanner
 from gcsckpt.dcp.torch_save_view import tensor_from_torch_save
 from gcsckpt.io.uploader import crc32c
 
@@ -234,10 +235,16 @@ class LocalTier:
         return ""
 
     def load(self, state_dict: dict[str, Any], step: int) -> None:
-        """Loads this rank's copy of step `step` into `state_dict` (`_TierReader`, no_dist).
+        """Loads this rank's copy of step `step` into `state_dict` (`_TierReader` and
+        `GCSLoadPlanner`, as a GCS load plans, no_dist).
         Raises what `dcp.load` raises."""
         with _no_single_process_warning():
-            dcp.load(state_dict, storage_reader=_TierReader(self.folder(step)), no_dist=True)
+            dcp.load(
+                state_dict,
+                storage_reader=_TierReader(self.folder(step)),
+                planner=GCSLoadPlanner(),  # BYTE_IO decoded once per distinct value
+                no_dist=True,
+            )
 
     def discard(self, keep: int | None = None) -> None:
         """Removes every copy but step `keep`'s (None: every copy)."""
