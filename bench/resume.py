@@ -10,8 +10,8 @@ loaded (``gcsckpt-local``: ``GCSCheckpointer(local_dir=).load``, from the node's
 step done. It prints one row per restart with each phase's seconds and source, the arms' means,
 gcsckpt's speed-up over stock and the local tier's over both, and the load average. Flags:
 ``--ranks``, ``--rounds``, ``--model`` (e.g. ``olmoe_1b_7b_0924:tiny``), ``--latency_ms`` /
-``--stream_mbps`` (a modelled endpoint), ``--local_dir`` (the tier's parent folder; default
-/dev/shm where present), ``--out`` (rows as JSON).
+``--stream_mbps`` (a modelled endpoint), ``--readers`` (a subset of the arms), ``--local_dir``
+(the tier's parent folder; default /dev/shm where present), ``--out`` (rows as JSON).
 """
 
 from __future__ import annotations
@@ -43,6 +43,12 @@ def main() -> None:
     parser.add_argument("--stream_mbps", type=float, default=None)
     parser.add_argument("--out", default="", help="write the rows here as JSON")
     parser.add_argument(
+        "--readers",
+        default="",
+        help="comma-separated arms (gcsckpt, gcsckpt-local, fsspec); default: all. Stock "
+        "fsspec takes ~20 min on the modelled endpoint",
+    )
+    parser.add_argument(
         "--local_dir",
         default=os.path.dirname(default_local_dir()),
         help="parent of the node-local tier's folder (default: /dev/shm where present)",
@@ -67,6 +73,7 @@ def main() -> None:
                 expected=expected,
                 on_row=_progress,
                 local_dir=tier,
+                readers=tuple(args.readers.split(",")) if args.readers else None,
             )
     finally:
         shutil.rmtree(tier, ignore_errors=True)
