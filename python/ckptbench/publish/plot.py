@@ -131,6 +131,18 @@ def _arms_of(rows: Sequence[Row], case: str, order: Sequence[str]) -> list[str]:
     return [arm for arm in order if arm in present]
 
 
+def _case_panels(
+    rows: Sequence[Row], order: Sequence[str], title: str
+) -> tuple[Figure, list[tuple[Any, str]], dict[str, list[str]], dict[tuple[str, str], Row]]:
+    """A figure with one panel per case of ``rows``: (figure, [(axes, case)], case -> its arms
+    in ``order``, (case, arm) -> row)."""
+    lookup = {(r["benchmark_case_id"], r["workload_implementation"]): r for r in rows}
+    cases = _cases(rows)
+    arms = {case: _arms_of(rows, case, order) for case in cases}
+    figure, panels = _panels(cases, [len(arms[c]) for c in cases], title)
+    return figure, list(zip(panels, cases, strict=True)), arms, lookup
+
+
 def build_throughput_figure(
     rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = "fsspec"
 ) -> Figure:
@@ -143,15 +155,10 @@ def build_throughput_figure(
         raise ValueError("no result rows to plot")
     order = reader_order(rows, candidate, baseline)
     colours = _colours(order)
-    lookup = {(r["benchmark_case_id"], r["workload_implementation"]): r for r in rows}
-    cases = _cases(rows)
-    arms = {case: _arms_of(rows, case, order) for case in cases}
-    figure, panels = _panels(
-        cases,
-        [len(arms[c]) for c in cases],
-        "Checkpoint throughput per case and arm (load-...: loaded, save-...: written)",
+    figure, panels, arms, lookup = _case_panels(
+        rows, order, "Checkpoint throughput per case and arm (load-...: loaded, save-...: written)"
     )
-    for axes, case in zip(panels, cases, strict=True):
+    for axes, case in panels:
 
         def value(arm: str, case: str = case) -> tuple[float, float, float] | None:
             row = lookup.get((case, arm))
@@ -190,15 +197,10 @@ def build_cpu_figure(
         return None
     order = reader_order(rows, candidate, baseline)
     colours = _colours(order)
-    lookup = {(r["benchmark_case_id"], r["workload_implementation"]): r for r in measured}
-    cases = _cases(measured)
-    arms = {case: _arms_of(measured, case, order) for case in cases}
-    figure, panels = _panels(
-        cases,
-        [len(arms[c]) for c in cases],
-        "CPU seconds per GB: client (colour) + the local endpoint (grey)",
+    figure, panels, arms, lookup = _case_panels(
+        measured, order, "CPU seconds per GB: client (colour) + the local endpoint (grey)"
     )
-    for axes, case in zip(panels, cases, strict=True):
+    for axes, case in panels:
 
         def value(arm: str, case: str = case) -> tuple[float, float, float] | None:
             client = _ok(lookup.get((case, arm)), CLIENT_CPU_PER_GB_COLUMN)
@@ -231,18 +233,13 @@ def build_training_figure(rows: Sequence[Row]) -> Figure | None:
         return None
     order = list(dict.fromkeys(r["workload_implementation"] for r in trained))
     colours = _colours(order)
-    lookup = {(r["benchmark_case_id"], r["workload_implementation"]): r for r in trained}
-    cases = _cases(trained)
-    arms = {case: _arms_of(trained, case, order) for case in cases}
     titles = {
         r["benchmark_case_id"]: f"{r['checkpoint_strategy']} ws{r['world_size']}" for r in trained
     }
-    figure, panels = _panels(
-        cases,
-        [len(arms[c]) for c in cases],
-        "Training time lost per checkpoint (dashed: the floor, localfs)",
+    figure, panels, arms, lookup = _case_panels(
+        trained, order, "Training time lost per checkpoint (dashed: the floor, localfs)"
     )
-    for axes, case in zip(panels, cases, strict=True):
+    for axes, case in panels:
 
         def value(arm: str, case: str = case) -> tuple[float, float, float] | None:
             lost = _ok(lookup.get((case, arm)), LOST)
