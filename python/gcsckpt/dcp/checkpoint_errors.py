@@ -36,7 +36,9 @@ class CheckpointLoadError(CheckpointError):
 
 
 class NoCheckpointError(CheckpointLoadError, FileNotFoundError):
-    """The step asked for is not a complete checkpoint under the run's root."""
+    """The step asked for is not a complete checkpoint under the run's root (`GCSCheckpointer`
+    and the torchtitan manager); for one checkpoint path `GCSStorageReader` raises
+    `CheckpointNotFoundError`. Both are FileNotFoundErrors."""
 
 
 def first_cause(exc: BaseException) -> tuple[tuple[int, ...], BaseException]:

@@ -27,7 +27,9 @@ _installed = False
 
 class CheckpointNotFoundError(FileNotFoundError):
     """No checkpoint at a gs:// prefix: its `.metadata` (and the rank's `__{rank}.metadata`)
-    does not exist. The message names the prefix and the objects looked for."""
+    does not exist. The message names the prefix and the objects looked for. Raised by
+    `GCSStorageReader` for one checkpoint path; `GCSCheckpointer.load` says the same of a run's
+    step with `NoCheckpointError`."""
 
 
 def _not_our_fallback(record: logging.LogRecord) -> bool:
