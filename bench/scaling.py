@@ -38,14 +38,16 @@ from ckptbench.scaling.synthetic import LLAMA_70B
 from gcsckpt.testing import LocalGCS
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("items", ["100", "1000", "10000"], "Items per rank (items axis).")
+flags.DEFINE_list("items", ["100", "1000", "10000", "100000"], "Items per rank (items axis).")
 flags.DEFINE_integer("items_mb", 8, "MB per rank on the items axis.")
-flags.DEFINE_list("mb", ["16", "64", "256"], "MB per rank (bytes axis).")
+flags.DEFINE_list("mb", ["16", "64", "256", "1024"], "MB per rank (bytes axis).")
 flags.DEFINE_integer("mb_items", 300, "Items per rank on the bytes axis.")
 flags.DEFINE_list("ranks", ["1", "2", "4"], "Real rank processes (ranks axis).")
 flags.DEFINE_integer("ranks_items", 1000, "Items per rank on the ranks axis.")
 flags.DEFINE_integer("ranks_mb", 16, "MB per rank on the ranks axis.")
-flags.DEFINE_list("sim_ranks", ["64", "256", "1024"], "Simulated ranks (70B), e.g. up to 4096.")
+flags.DEFINE_list(
+    "sim_ranks", ["64", "128", "256", "512", "1024"], "Simulated ranks (70B); 4096 needs ~21 GB."
+)
 flags.DEFINE_integer("rounds", 1, "Rounds per point and arm (the least CPU is kept).")
 flags.DEFINE_string("png", "scaling.png", "Where the PNG goes (relative: the working directory).")
 

@@ -38,9 +38,15 @@ class RanksJob:
         return None
 
 
+_WARM_ITEMS, _WARM_BYTES = 30, 1 << 20
+
+
 def run_rank(job: RanksJob, report: Callable) -> RealPoint:
-    """Rank entry: this rank's save and load (``real.measure_real``)."""
+    """Rank entry: one small untimed save and load (the fresh process's imports and first-call
+    set-up), then this rank's timed save and load (``real.measure_real``)."""
     from ckptbench.scaling.real import measure_real
 
     del report
+    warm = f"{job.prefix}/warm"
+    measure_real(job.endpoint, job.bucket, warm, job.arm, _WARM_ITEMS, _WARM_BYTES)
     return measure_real(job.endpoint, job.bucket, job.prefix, job.arm, job.items, job.nbytes)
