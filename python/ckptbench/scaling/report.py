@@ -134,6 +134,9 @@ def write_png(rows: Sequence[Row], path: str | Path) -> Path:
                            label=f"{arm} {cost}")  # fmt: skip
         panel.set_xscale("log")
         panel.set_yscale("log")
+        ticks = sorted({r.x for r in mine})
+        panel.set_xticks(ticks, [f"{x:g}" for x in ticks])
+        panel.minorticks_off()
         panel.set_xlabel(_AXIS_LABEL[axis])
         panel.set_ylabel("CPU s (one rank)")
         panel.set_title(axis)
