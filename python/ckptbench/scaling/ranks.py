@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from ckptbench.scaling.real import RealPoint
+if TYPE_CHECKING:  # the job stays free of torch; its rank entry imports what it runs
+    from ckptbench.scaling.real import RealPoint
 
 
 @dataclasses.dataclass(frozen=True)

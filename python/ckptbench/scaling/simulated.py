@@ -82,13 +82,12 @@ def _stock(payload: bytes, state: dict) -> tuple[int, float, float]:
 def _gcsckpt(payload: bytes, state: dict, rank: int) -> tuple[int, float, float]:
     source = "gs://scaling/sim/.metadata"
     metadata, decode = _cpu(lambda: load_metadata(payload, source=source))
-    planner = GCSLoadPlanner()
+    planner = GCSLoadPlanner(compact_plans=False)  # the same plan, returned whole
     errors = LoadErrors(CheckpointLocation("scaling", "sim"), rank)
 
     def plan():
         planner.set_up_planner(state, metadata, False)
-        planner.create_local_plan()
-        items = planner._local_plan.items  # compact plans keep the items on the rank
+        items = planner.create_local_plan().items
         infos = storage_entries(items, metadata.storage_data, errors)
         plan_fetches(items, metadata, planner.resolve_tensor, None, errors, infos)
         return items
