@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 
+from ckptbench.harness.job import RankFailure
 from ckptbench.harness.launch import SpawnLauncher
 from ckptbench.scaling import report
 from ckptbench.scaling.fit import growth_exponent
@@ -116,6 +117,8 @@ def test_ranks_job_two_processes(gcs):
     for arm in ARMS:
         job = RanksJob(gcs.endpoint, BUCKET, f"ranks/{arm}", arm, 2, 9, 4096)
         points = launcher.run(job)
+        failures = [p.message for p in points if isinstance(p, RankFailure)]
+        assert not failures  # a rank whose load differed from its save fails here
         assert [(p.arm, p.ranks, p.items) for p in points] == [(arm, 2, 9)] * 2
 
 
