@@ -8,9 +8,10 @@ written last by rename: a folder without it is a copy cut short. Only the newest
 Before a load uses the copy, every file is read and checked against the manifest (`verify`), so
 a corrupted or truncated local file is caught and GCS used instead; torch's `FileSystemReader`
 then loads it (`no_dist`), each file read once into memory and each TORCH_SAVE item decoded by
-`torch_save_view` instead of a `torch.load` per item (`_TierReader`: torch.load was 0.74 ms of
-an item's cost, and the tier's restart took 2x the GCS path's before: docs/measurements.md,
-"Resume from the node-local tier"). GCS stays the durable copy: the tier is used only when its
+`torch_save_view` and committed as a GCS load commits (`load.decode.commit_stored`) instead of a
+`torch.load` per item (`_TierReader`: torch.load was 0.74 ms of an item's cost, and the tier's
+restart took 2x the GCS path's before: docs/measurements.md, "Resume from the node-local
+tier"). GCS stays the durable copy: the tier is used only when its
 step is the newest complete step in GCS (decided by `GCSCheckpointer.load`).
 """
 
@@ -26,14 +27,14 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed._shard._utils import narrow_tensor_by_index
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner
 from torch.futures import Future
 
+from gcsckpt.dcp.load.decode import commit_stored, copy_into
+from gcsckpt.dcp.load.regions import narrow_block
 from gcsckpt.dcp.paths import CheckpointLocation
 from gcsckpt.dcp.planner import GCSLoadPlanner
 from gcsckpt.dcp.torch_save_view import tensor_from_torch_save
@@ -74,23 +75,6 @@ def _no_single_process_warning():
         yield
 
 
-def _copy_into(target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-    """`target.copy_(source)` (same shape); contiguous CPU tensors of one dtype are copied as bytes
-    by numpy, one memcpy: torch's `copy_` took 7x longer per 100 KB on this machine's 2 busy cores
-    (its intra-op threads). Returns `target`."""
-    if (
-        target.dtype == source.dtype
-        and target.is_contiguous()
-        and source.is_contiguous()
-        and target.device.type == source.device.type == "cpu"
-    ):
-        as_bytes = target.reshape(-1).view(torch.uint8).numpy()
-        np.copyto(as_bytes, source.reshape(-1).view(torch.uint8).numpy())
-    else:
-        target.copy_(source)
-    return target
-
-
 class _TierReader(FileSystemReader):
     """torch's `FileSystemReader` for a tier copy (TORCH_SAVE items, no transforms, as
     `LocalTier.write` saves them): each file is read once into memory and each tensor item is a
@@ -116,20 +100,17 @@ class _TierReader(FileSystemReader):
             for item, info in items:
                 piece = data[info.offset : info.offset + info.length]
                 if piece.data_ptr() % _ALIGN:  # archives sit back to back: realign for a view
-                    piece = _copy_into(scratch[: info.length], piece)
+                    piece = copy_into(scratch[: info.length], piece)
                 if item.type == LoadItemType.BYTE_IO:
                     planner.load_bytes(item, io.BytesIO(piece.numpy().tobytes()))
                     continue
-                tensor = narrow_tensor_by_index(
+                tensor = narrow_block(
                     tensor_from_torch_save(piece), item.storage_offsets, item.lengths
                 )
-                target = planner.resolve_tensor(item).detach()
-                if target.size() != tensor.size():
-                    raise ValueError(
-                        f"{path}: item {item.storage_index} holds {tuple(tensor.size())},"
-                        f" the destination is {tuple(target.size())}"
-                    )
-                planner.commit_tensor(item, _copy_into(target, tensor))
+                try:
+                    commit_stored(planner, item, tensor)
+                except ValueError as exc:
+                    raise ValueError(f"{path}: item {item.storage_index}: {exc}") from None
         done: Future[None] = Future()
         done.set_result(None)
         return done

@@ -19,7 +19,7 @@ import time
 import numpy as np
 import torch
 from torch.distributed.checkpoint.filesystem import _StorageReaderTransforms
-from torch.distributed.checkpoint.planner import LoadPlanner
+from torch.distributed.checkpoint.planner import LoadPlanner, ReadItem
 
 from gcsckpt.dcp.load.archives import buffered, matches
 from gcsckpt.dcp.load.errors import CheckpointReadError, LoadErrors
@@ -101,14 +101,7 @@ class Decoder:
                 tensor = torch.empty(fetch.shape, dtype=fetch.dtype)
             decoded = time.perf_counter()
             stats.deserialize_s += decoded - began
-            target = planner.resolve_tensor(item).detach()
-            if target.shape != tensor.shape:
-                raise ValueError(
-                    f"stored region has shape {tuple(tensor.shape)}, target expects"
-                    f" {tuple(target.shape)}"
-                )
-            target.copy_(tensor)
-            planner.commit_tensor(item, target)
+            commit_stored(planner, item, tensor)
             stats.copy_s += time.perf_counter() - decoded
         except CheckpointReadError:
             raise
@@ -121,6 +114,38 @@ class Decoder:
             fetch.item, fetch.descriptors, io.BytesIO(_as_bytes(data))
         )
         return torch.frombuffer(bytearray(stream.read()), dtype=torch.uint8)
+
+
+def commit_stored(planner: LoadPlanner, item: ReadItem, tensor: torch.Tensor) -> None:
+    """Copies `tensor` (the stored region `item` asks for) into `planner.resolve_tensor(item)`
+    and commits it.
+
+    Raises:
+        ValueError: the shapes differ (the message gives both).
+    """
+    target = planner.resolve_tensor(item).detach()
+    if target.shape != tensor.shape:
+        raise ValueError(
+            f"stored region has shape {tuple(tensor.shape)}, target expects {tuple(target.shape)}"
+        )
+    planner.commit_tensor(item, copy_into(target, tensor))
+
+
+def copy_into(target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """`target.copy_(source)` (same shape); contiguous CPU tensors of one dtype are copied as
+    bytes by numpy, one memcpy: torch's `copy_` took 7x longer per 100 KB on this machine's 2
+    busy cores (0.16 against 0.023 ms; its intra-op threads). Returns `target`."""
+    if (
+        target.dtype == source.dtype
+        and target.is_contiguous()
+        and source.is_contiguous()
+        and target.device.type == source.device.type == "cpu"
+    ):
+        as_bytes = target.reshape(-1).view(torch.uint8).numpy()
+        np.copyto(as_bytes, source.reshape(-1).view(torch.uint8).numpy())
+    else:
+        target.copy_(source)
+    return target
 
 
 def _as_bytes(data: np.ndarray | torch.Tensor) -> bytes:
