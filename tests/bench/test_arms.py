@@ -117,3 +117,17 @@ def test_localfs_settings_say_where_it_saved_and_that_it_is_a_reference(tmp_path
         make_writer("localfs", "bkt", "p", None)
     writer = make_writer("localfs", "bkt", "p", None, folder=str(tmp_path))
     assert type(writer).__name__ == "FileSystemWriter"
+
+
+def test_read_once_arm_is_a_gcsckpt_reader_with_read_once_and_never_a_writer():
+    assert reader_settings(roles.READ_ONCE, emulator=True)["options"] == {"read_once": True}
+    reader = arms.make_reader(roles.READ_ONCE, "bkt", "ckpt", "http://127.0.0.1:1")
+    assert (reader.read_once, reader.verify) == (True, True)
+    candidate = arms.make_reader(roles.CANDIDATE, "bkt", "ckpt", "http://127.0.0.1:1")
+    assert (candidate.read_once, candidate.verify) == (False, True)
+    unverified = arms.make_reader(roles.UNVERIFIED, "bkt", "ckpt", "http://127.0.0.1:1")
+    assert (unverified.read_once, unverified.verify) == (False, False)
+    assert roles.READ_ONCE in roles.REFERENCES and roles.READ_ONCE not in roles.PEERS
+    assert roles.READ_ONCE not in roles.WRITERS
+    with pytest.raises(ValueError, match="writer 'gcsckpt-read-once' is unknown"):
+        writer_settings(roles.READ_ONCE, emulator=True)

@@ -12,7 +12,7 @@ import re
 
 from absl import app, flags
 
-from ckptbench.roles import READERS, UNVERIFIED, WRITERS
+from ckptbench.roles import READ_ONCE, READERS, UNVERIFIED, WRITERS
 from ckptbench.runner.config import DEVICES, RunConfig
 from ckptbench.runner.storage import DEFAULT_LOCAL_DIR
 from ckptbench.workloads.models.configs import SCALES
@@ -38,9 +38,10 @@ flags.DEFINE_string(
 )
 flags.DEFINE_list(
     "readers",
-    [r for r in READERS if r != UNVERIFIED],
+    [r for r in READERS if r not in (UNVERIFIED, READ_ONCE)],
     f"Readers to run, in order ({', '.join(READERS)}; {UNVERIFIED}: gcsckpt with verify=False, "
-    "to measure what verification costs).",
+    f"to measure what verification costs; {READ_ONCE}: gcsckpt with read_once=True, each byte "
+    "range fetched once per job and sent to the ranks that share it).",
 )
 flags.DEFINE_list(
     "writers",

@@ -25,7 +25,15 @@ import sys
 import tempfile
 from typing import Any
 
-from ckptbench.roles import CANDIDATE, CANDIDATES, LOCALFS, READERS, UNVERIFIED, WRITERS
+from ckptbench.roles import (
+    CANDIDATE,
+    CANDIDATES,
+    LOCALFS,
+    READ_ONCE,
+    READERS,
+    UNVERIFIED,
+    WRITERS,
+)
 
 # localfs: /dev/shm has room for a case when twice its bytes are free there and three times
 # are available as memory (tmpfs pages are memory; the ranks also hold the state being saved
@@ -83,6 +91,8 @@ def reader_settings(reader: str, emulator: bool) -> dict[str, Any]:
         return {"class": "gcsckpt.dcp.GCSStorageReader", "options": "defaults"}
     if reader == UNVERIFIED:
         return {"class": "gcsckpt.dcp.GCSStorageReader", "options": {"verify": False}}
+    if reader == READ_ONCE:
+        return {"class": "gcsckpt.dcp.GCSStorageReader", "options": {"read_once": True}}
     if reader == "fsspec":
         return {
             "class": "torch.distributed.checkpoint._fsspec_filesystem.FsspecReader",
@@ -312,7 +322,12 @@ def make_reader(
     if reader in CANDIDATES:
         from gcsckpt.dcp import GCSStorageReader
 
-        return GCSStorageReader(url, endpoint=endpoint, verify=reader == CANDIDATE)
+        return GCSStorageReader(
+            url,
+            endpoint=endpoint,
+            verify=reader != UNVERIFIED,
+            **({"read_once": True} if reader == READ_ONCE else {}),
+        )
     if reader == "fsspec":
         from ckptbench.worker import baseline
 
