@@ -378,3 +378,40 @@ def test_checkpoint_errors_never_carry_a_token():
         again = pickle.loads(pickle.dumps(error))
         for text in (str(error), repr(error), str(error.failures), str(again), repr(again.args)):
             assert "s3cr3t" not in text and "abc.def" not in text and "xyz" not in text
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.uint8, torch.bool],
+)
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (3, 5), (2, 0, 4)])
+def test_copy_into_equals_torch_copy(dtype, shape):
+    from gcsckpt.dcp.load.decode import copy_into
+
+    source = (torch.arange(max(1, torch.Size(shape).numel())) * 7 % 251)[
+        : torch.Size(shape).numel()
+    ]
+    source = source.reshape(shape).to(dtype)
+    ours, theirs = torch.full(shape, 3).to(dtype), torch.full(shape, 3).to(dtype)
+    assert copy_into(ours, source) is ours
+    theirs.copy_(source)
+    assert ours.dtype == dtype and torch.equal(
+        ours.reshape(-1).view(torch.uint8), theirs.reshape(-1).view(torch.uint8)
+    )
+
+
+def test_copy_into_falls_back_to_torch_for_views_and_casts():
+    from gcsckpt.dcp.load.decode import copy_into
+
+    base = torch.zeros(4, 6)
+    strided = base[:, ::2]  # not contiguous: torch's copy_ writes through the view
+    source = torch.arange(12, dtype=torch.float64).reshape(4, 3)
+    copy_into(strided, source)  # and casts float64 -> float32
+    assert torch.equal(base[:, ::2], source.float()) and torch.equal(
+        base[:, 1::2], torch.zeros(4, 3)
+    )
+    narrowed = torch.zeros(5, 3)[1:3]  # contiguous, with a storage offset
+    copy_into(narrowed, torch.ones(2, 3))
+    assert torch.equal(
+        narrowed._base, torch.tensor([[0.0] * 3, [1.0] * 3, [1.0] * 3, [0.0] * 3, [0.0] * 3])
+    )
