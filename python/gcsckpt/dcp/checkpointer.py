@@ -7,7 +7,7 @@ process) instead of touching fresh pages; in PROCESS mode, torch's checkpoint pr
 with the checkpointer, in the background, instead of inside the first save
 (`gcsckpt.dcp.checkpoint_process`); one `GCSSavePlanner`, so saves 2..N reuse the first
 save's plans and Metadata; a GCSStorageWriter per save whose clients come from
-`gcsckpt.dcp.engines` (built once per process: in PROCESS mode, once in torch's checkpoint
+`gcsckpt.dcp.client_cache` (built once per process: in PROCESS mode, once in torch's checkpoint
 process); and the save's threads at background priority. Because the staging buffers are
 reused, a save first waits for the previous one to be committed.
 

@@ -22,7 +22,7 @@ from gcsckpt.io.errors import (
     UploadPreconditionError,
 )
 from gcsckpt.io.objects import ObjectInfo, ObjectStore, ObjectStoreError, StoredObject
-from gcsckpt.io.reader import BlockSums, RangeReader, ReadHandle
+from gcsckpt.io.range_reader import BlockSums, RangeReader, ReadHandle
 from gcsckpt.io.records import RangeRequest
 from gcsckpt.io.retry import RetryPolicy
 from gcsckpt.io.uploader import Uploader, UploadHandle, UploadResult, crc32c

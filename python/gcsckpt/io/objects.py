@@ -3,7 +3,7 @@
 ``ObjectStore`` reads whole small objects (``.metadata``, with their generation), stats, lists
 and deletes them, and uploads small ones under a precondition (create-if-absent,
 ``ifGenerationMatch=0``, or replace-at-generation), telling a retry whose earlier attempt
-landed from another writer's object. Ranged reads go through the C++ engine
+landed from another writer's object. Ranged reads go through the C++ RangeReader
 (``gcsckpt.io.RangeReader``), data objects through ``gcsckpt.io.Uploader``; the rest through
 google-cloud-storage (anonymous against an emulator, ``gcsckpt.io.auth`` tokens against GCS),
 on a keep-alive connection pool shared by threads. Every request runs under the one

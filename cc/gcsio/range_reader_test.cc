@@ -1,8 +1,8 @@
-// The engine against FakeGcsServer on 127.0.0.1: delivery and counters, queueing beyond the
+// The range reader against FakeGcsServer on 127.0.0.1: delivery and counters, queueing beyond the
 // request limit, the byte budget, plan order and retries first, retries that resume, giving up,
 // failures that fail at once, cancellation (running, queued and delayed work), shutdown, bearer
 // tokens, and option checks. Assertions are on bytes, request counts and errors, not timings.
-#include "cc/gcsio/engine.h"
+#include "cc/gcsio/range_reader.h"
 
 #include <gtest/gtest.h>
 
@@ -26,7 +26,7 @@ constexpr char kBucket[] = "bkt";
 constexpr char kBlob[] = "dir/blob.distcp";
 constexpr uint64_t kBlobBytes = 256 << 10;
 constexpr uint64_t kPiece = 4096;
-constexpr double kLimit_s = 60;  // only a broken engine waits this long
+constexpr double kLimit_s = 60;  // only a broken reader waits this long
 
 using Action = FakeGcsServer::Action;
 using Reply = FakeGcsServer::Reply;
@@ -54,13 +54,13 @@ struct Reads {
   std::vector<uint8_t*> dests;
 };
 
-class EngineTest : public ::testing::Test {
+class RangeReaderTest : public ::testing::Test {
  protected:
-  EngineTest() : blob_(TestPattern(kBlobBytes, 1)) { server_.Put(kBucket, kBlob, blob_, 77); }
+  RangeReaderTest() : blob_(TestPattern(kBlobBytes, 1)) { server_.Put(kBucket, kBlob, blob_, 77); }
 
   // Small fetches, retries without backoff, two threads.
-  EngineOptions Options() const {
-    EngineOptions o;
+  RangeReaderOptions Options() const {
+    RangeReaderOptions o;
     o.endpoint = server_.endpoint();
     o.num_threads = 2;
     o.plan.chunk_bytes = kPiece;
@@ -80,9 +80,9 @@ class EngineTest : public ::testing::Test {
     return r;
   }
 
-  std::shared_ptr<Batch> Submit(Engine& engine, Reads& reads,
+  std::shared_ptr<Batch> Submit(RangeReader& reader, Reads& reads,
                                 std::vector<ObjectRef> objects = {{kBucket, kBlob}}) {
-    return engine.Submit(std::move(objects), reads.ranges, reads.dests);
+    return reader.Submit(std::move(objects), reads.ranges, reads.dests);
   }
 
   void ExpectBlobBytes(const Reads& reads, size_t i) const {
@@ -97,11 +97,11 @@ class EngineTest : public ::testing::Test {
   const std::string blob_;
 };
 
-TEST_F(EngineTest, DeliversEveryRangeAndCountsTheWork) {
-  Engine engine(Options(), {});
+TEST_F(RangeReaderTest, DeliversEveryRangeAndCountsTheWork) {
+  RangeReader reader(Options(), {});
   // Ranges in any order, one across two fetches (9000 bytes, chunk 4096 -> 3 fetches).
   Reads reads({{0, 100000, 9000}, {0, 0, 1}, {0, kBlobBytes - 500, 500}, {0, 50000, 4096}});
-  auto batch = Submit(engine, reads);
+  auto batch = Submit(reader, reads);
   std::vector<uint32_t> reported;
   while (true) {
     Batch::Progress p = batch->NextCompleted(kLimit_s);
@@ -114,7 +114,7 @@ TEST_F(EngineTest, DeliversEveryRangeAndCountsTheWork) {
   EXPECT_EQ(reported, (std::vector<uint32_t>{0, 1, 2, 3}));
   for (size_t i = 0; i < reads.ranges.size(); ++i) ExpectBlobBytes(reads, i);
   ASSERT_TRUE(batch->WaitFinishedFor(kLimit_s));
-  const StatsSnapshot s = engine.stats().Snapshot();
+  const StatsSnapshot s = reader.stats().Snapshot();
   EXPECT_EQ(batch->num_fetches(), 6u);
   EXPECT_EQ(s.requests, 6u);
   EXPECT_EQ(server_.request_count(), 6);
@@ -130,13 +130,13 @@ TEST_F(EngineTest, DeliversEveryRangeAndCountsTheWork) {
   }
 }
 
-TEST_F(EngineTest, QueuesFetchesBeyondTheRequestLimit) {
-  EngineOptions o = Options();
+TEST_F(RangeReaderTest, QueuesFetchesBeyondTheRequestLimit) {
+  RangeReaderOptions o = Options();
   o.max_inflight_requests = 3;
-  Engine engine(o, {});
+  RangeReader reader(o, {});
   server_.HoldUntilConcurrent(3);  // answers wait until 3 requests are in flight together
   Reads reads(SpacedRanges(12));
-  auto batch = Submit(engine, reads);
+  auto batch = Submit(reader, reads);
   ASSERT_TRUE(batch->WaitFinishedFor(kLimit_s));
   EXPECT_TRUE(batch->Failures().empty());
   EXPECT_EQ(server_.max_concurrent(), 3);
@@ -144,14 +144,14 @@ TEST_F(EngineTest, QueuesFetchesBeyondTheRequestLimit) {
   for (size_t i = 0; i < reads.ranges.size(); ++i) ExpectBlobBytes(reads, i);
 }
 
-TEST_F(EngineTest, TheByteBudgetBoundsRequestsInFlight) {
-  EngineOptions o = Options();
+TEST_F(RangeReaderTest, TheByteBudgetBoundsRequestsInFlight) {
+  RangeReaderOptions o = Options();
   o.max_inflight_requests = 8;
   o.max_inflight_bytes = 2 * kPiece;  // room for two fetches
-  Engine engine(o, {});
+  RangeReader reader(o, {});
   server_.HoldUntilConcurrent(2);
   Reads reads(SpacedRanges(8));
-  auto batch = Submit(engine, reads);
+  auto batch = Submit(reader, reads);
   ASSERT_TRUE(batch->WaitFinishedFor(kLimit_s));
   EXPECT_TRUE(batch->Failures().empty());
   EXPECT_EQ(server_.max_concurrent(), 2);
@@ -159,13 +159,13 @@ TEST_F(EngineTest, TheByteBudgetBoundsRequestsInFlight) {
   for (size_t i = 0; i < reads.ranges.size(); ++i) ExpectBlobBytes(reads, i);
 }
 
-TEST_F(EngineTest, AFetchLargerThanTheByteBudgetRunsAlone) {
-  EngineOptions o = Options();
+TEST_F(RangeReaderTest, AFetchLargerThanTheByteBudgetRunsAlone) {
+  RangeReaderOptions o = Options();
   o.max_inflight_requests = 8;
   o.max_inflight_bytes = 1;
-  Engine engine(o, {});
+  RangeReader reader(o, {});
   Reads reads(SpacedRanges(4));
-  auto batch = Submit(engine, reads);
+  auto batch = Submit(reader, reads);
   ASSERT_TRUE(batch->WaitFinishedFor(kLimit_s));
   EXPECT_TRUE(batch->Failures().empty());
   EXPECT_EQ(server_.max_concurrent(), 1);
@@ -173,11 +173,11 @@ TEST_F(EngineTest, AFetchLargerThanTheByteBudgetRunsAlone) {
   for (size_t i = 0; i < reads.ranges.size(); ++i) ExpectBlobBytes(reads, i);
 }
 
-TEST_F(EngineTest, IssuesFetchesInPlanOrderAndRetriesFirst) {
-  EngineOptions o = Options();
+TEST_F(RangeReaderTest, IssuesFetchesInPlanOrderAndRetriesFirst) {
+  RangeReaderOptions o = Options();
   o.num_threads = 1;
   o.max_inflight_requests = 1;
-  Engine engine(o, {});
+  RangeReader reader(o, {});
   server_.SetScript([](const FakeGcsServer::Request& r) {
     Reply reply;
     if (r.index == 0) {
@@ -189,15 +189,15 @@ TEST_F(EngineTest, IssuesFetchesInPlanOrderAndRetriesFirst) {
   });
   Reads first(SpacedRanges(3));
   Reads second({{0, 40 * kPiece, kPiece}, {0, 50 * kPiece, kPiece}});
-  auto a = Submit(engine, first);
-  auto b = Submit(engine, second);  // queued behind the first batch
+  auto a = Submit(reader, first);
+  auto b = Submit(reader, second);  // queued behind the first batch
   ASSERT_TRUE(a->WaitFinishedFor(kLimit_s));
   ASSERT_TRUE(b->WaitFinishedFor(kLimit_s));
   std::vector<uint64_t> order;
   for (const FakeGcsServer::Request& r : server_.requests()) order.push_back(r.first / kPiece);
   // Fetch 0's retry runs before fetch 1; the second batch follows the first.
   EXPECT_EQ(order, (std::vector<uint64_t>{0, 0, 2, 4, 40, 50}));
-  const StatsSnapshot s = engine.stats().Snapshot();
+  const StatsSnapshot s = reader.stats().Snapshot();
   EXPECT_EQ(s.requests, 6u);
   EXPECT_EQ(s.retries, 1u);
   EXPECT_EQ(s.retries_by_cause, (std::map<std::string, uint64_t>{{"http_503", 1}}));
@@ -205,8 +205,8 @@ TEST_F(EngineTest, IssuesFetchesInPlanOrderAndRetriesFirst) {
   for (size_t i = 0; i < second.ranges.size(); ++i) ExpectBlobBytes(second, i);
 }
 
-TEST_F(EngineTest, ARetryAsksOnlyForTheMissingBytes) {
-  Engine engine(Options(), {});
+TEST_F(RangeReaderTest, ARetryAsksOnlyForTheMissingBytes) {
+  RangeReader reader(Options(), {});
   server_.SetScript([](const FakeGcsServer::Request& r) {
     Reply reply;
     if (r.index == 0) {
@@ -216,7 +216,7 @@ TEST_F(EngineTest, ARetryAsksOnlyForTheMissingBytes) {
     return reply;
   });
   Reads reads({{0, 100, kPiece}});
-  auto batch = Submit(engine, reads);
+  auto batch = Submit(reader, reads);
   ASSERT_TRUE(batch->WaitFinishedFor(kLimit_s));
   EXPECT_TRUE(batch->Failures().empty());
   const std::vector<FakeGcsServer::Request> seen = server_.requests();
@@ -224,16 +224,16 @@ TEST_F(EngineTest, ARetryAsksOnlyForTheMissingBytes) {
   EXPECT_EQ(seen[0].range, "bytes=100-4195");
   EXPECT_EQ(seen[1].range, "bytes=1100-4195");
   ExpectBlobBytes(reads, 0);
-  const StatsSnapshot s = engine.stats().Snapshot();
+  const StatsSnapshot s = reader.stats().Snapshot();
   EXPECT_EQ(s.retries_by_cause, (std::map<std::string, uint64_t>{{"short_body", 1}}));
   EXPECT_EQ(s.bytes_received, kPiece);  // 1000 + 3096: no byte fetched twice
   EXPECT_EQ(s.bytes_delivered, kPiece);
 }
 
-TEST_F(EngineTest, GivesUpAfterMaxAttempts) {
-  EngineOptions o = Options();
+TEST_F(RangeReaderTest, GivesUpAfterMaxAttempts) {
+  RangeReaderOptions o = Options();
   o.retry.max_attempts = 3;
-  Engine engine(o, {});
+  RangeReader reader(o, {});
   server_.SetScript([](const FakeGcsServer::Request&) {
     Reply reply;
     reply.action = Action::kStatus;
@@ -242,7 +242,7 @@ TEST_F(EngineTest, GivesUpAfterMaxAttempts) {
     return reply;
   });
   Reads reads({{0, 0, 10}});
-  auto batch = Submit(engine, reads);
+  auto batch = Submit(reader, reads);
   Batch::Progress p = batch->NextCompleted(kLimit_s);
   ASSERT_FALSE(p.timed_out);
   EXPECT_TRUE(p.failed);
@@ -254,17 +254,17 @@ TEST_F(EngineTest, GivesUpAfterMaxAttempts) {
   EXPECT_EQ(failures[0].attempts, 3);
   EXPECT_NE(failures[0].error.find("503"), std::string::npos) << failures[0].error;
   EXPECT_EQ(server_.request_count(), 3);
-  const StatsSnapshot s = engine.stats().Snapshot();
+  const StatsSnapshot s = reader.stats().Snapshot();
   EXPECT_EQ(s.requests, 3u);
   EXPECT_EQ(s.retries, 2u);
   EXPECT_EQ(s.failures, 1u);
   EXPECT_EQ(reads.bufs[0], std::vector<uint8_t>(10, Reads::kUntouched));
 }
 
-TEST_F(EngineTest, AMissingObjectFailsAtOnceAndAlone) {
-  Engine engine(Options(), {});
+TEST_F(RangeReaderTest, AMissingObjectFailsAtOnceAndAlone) {
+  RangeReader reader(Options(), {});
   Reads reads({{0, 0, 100}, {1, 0, 100}, {0, 8192, 100}});
-  auto batch = Submit(engine, reads, {{kBucket, kBlob}, {kBucket, "no/such.distcp"}});
+  auto batch = Submit(reader, reads, {{kBucket, kBlob}, {kBucket, "no/such.distcp"}});
   ASSERT_TRUE(batch->WaitFinishedFor(kLimit_s));
   const std::vector<RequestFailure> failures = batch->Failures();
   ASSERT_EQ(failures.size(), 1u);
@@ -275,15 +275,15 @@ TEST_F(EngineTest, AMissingObjectFailsAtOnceAndAlone) {
   EXPECT_NE(failures[0].error.find(kBucket), std::string::npos) << failures[0].error;
   ExpectBlobBytes(reads, 0);
   ExpectBlobBytes(reads, 2);
-  EXPECT_EQ(engine.stats().Snapshot().retries, 0u);
+  EXPECT_EQ(reader.stats().Snapshot().retries, 0u);
   EXPECT_EQ(server_.request_count(), 3);
 }
 
-TEST_F(EngineTest, RangesPastTheEndFailWithoutRetries) {
-  Engine engine(Options(), {});
+TEST_F(RangeReaderTest, RangesPastTheEndFailWithoutRetries) {
+  RangeReader reader(Options(), {});
   // Starts past the end (416), and ends past the end (206 with a shorter Content-Range).
   Reads reads({{0, kBlobBytes + 1000, 10}, {0, kBlobBytes - 10, 20}});
-  auto batch = Submit(engine, reads);
+  auto batch = Submit(reader, reads);
   ASSERT_TRUE(batch->WaitFinishedFor(kLimit_s));
   std::vector<RequestFailure> failures = batch->Failures();
   ASSERT_EQ(failures.size(), 2u);
@@ -295,7 +295,7 @@ TEST_F(EngineTest, RangesPastTheEndFailWithoutRetries) {
     EXPECT_EQ(f.attempts, 1);
     EXPECT_FALSE(f.error.empty());
   }
-  EXPECT_EQ(engine.stats().Snapshot().retries, 0u);
+  EXPECT_EQ(reader.stats().Snapshot().retries, 0u);
   // The 10 bytes that exist may land in the buffer of the failed request (the caller must not
   // use a failed request's buffer); nothing is written past the object's end.
   const std::vector<uint8_t>& tail = reads.bufs[1];
@@ -307,11 +307,11 @@ TEST_F(EngineTest, RangesPastTheEndFailWithoutRetries) {
             std::vector<uint8_t>(10, Reads::kUntouched));
 }
 
-TEST_F(EngineTest, CancelStopsRunningAndQueuedFetches) {
-  EngineOptions o = Options();
+TEST_F(RangeReaderTest, CancelStopsRunningAndQueuedFetches) {
+  RangeReaderOptions o = Options();
   o.num_threads = 1;
   o.max_inflight_requests = 1;
-  Engine engine(o, {});
+  RangeReader reader(o, {});
   server_.SetScript([](const FakeGcsServer::Request&) {
     Reply reply;
     reply.action = Action::kHang;  // 512 bytes, then nothing until ReleaseHung()
@@ -319,9 +319,9 @@ TEST_F(EngineTest, CancelStopsRunningAndQueuedFetches) {
     return reply;
   });
   Reads reads(SpacedRanges(4));
-  auto batch = Submit(engine, reads);
-  ASSERT_TRUE(Eventually([&] { return engine.stats().Snapshot().bytes_received == 512; }));
-  engine.Cancel(batch);
+  auto batch = Submit(reader, reads);
+  ASSERT_TRUE(Eventually([&] { return reader.stats().Snapshot().bytes_received == 512; }));
+  reader.Cancel(batch);
   EXPECT_TRUE(batch->Finished());
   EXPECT_TRUE(batch->cancelled());
   EXPECT_TRUE(batch->Failures().empty());
@@ -337,7 +337,7 @@ TEST_F(EngineTest, CancelStopsRunningAndQueuedFetches) {
     EXPECT_EQ(reads.bufs[i], std::vector<uint8_t>(kPiece, Reads::kUntouched));
   }
   EXPECT_EQ(server_.request_count(), 1);  // the three queued fetches never went out
-  const StatsSnapshot s = engine.stats().Snapshot();
+  const StatsSnapshot s = reader.stats().Snapshot();
   EXPECT_EQ(s.requests, 1u);
   EXPECT_EQ(s.failures, 0u);
   Batch::Progress p = batch->NextCompleted(kLimit_s);
@@ -345,12 +345,12 @@ TEST_F(EngineTest, CancelStopsRunningAndQueuedFetches) {
   EXPECT_TRUE(p.completed.empty());
 }
 
-TEST_F(EngineTest, CancelDropsAFetchWaitingForItsRetry) {
-  EngineOptions o = Options();
+TEST_F(RangeReaderTest, CancelDropsAFetchWaitingForItsRetry) {
+  RangeReaderOptions o = Options();
   o.retry.initial_backoff_s = 1e6;  // the retry is due in (practically) never
   o.retry.max_backoff_s = 1e6;
   o.retry.deadline_s = 1e7;
-  Engine engine(o, {});
+  RangeReader reader(o, {});
   server_.SetScript([](const FakeGcsServer::Request&) {
     Reply reply;
     reply.action = Action::kStatus;
@@ -358,19 +358,19 @@ TEST_F(EngineTest, CancelDropsAFetchWaitingForItsRetry) {
     return reply;
   });
   Reads reads({{0, 0, 10}});
-  auto batch = Submit(engine, reads);
-  ASSERT_TRUE(Eventually([&] { return engine.stats().Snapshot().retries == 1; }));
-  engine.Cancel(batch);
+  auto batch = Submit(reader, reads);
+  ASSERT_TRUE(Eventually([&] { return reader.stats().Snapshot().retries == 1; }));
+  reader.Cancel(batch);
   EXPECT_TRUE(batch->Finished());
   EXPECT_TRUE(batch->Failures().empty());
   EXPECT_EQ(server_.request_count(), 1);
-  EXPECT_EQ(engine.stats().Snapshot().requests, 1u);
+  EXPECT_EQ(reader.stats().Snapshot().requests, 1u);
 }
 
-TEST_F(EngineTest, CancellingOneBatchLeavesTheOthersRunning) {
-  EngineOptions o = Options();
+TEST_F(RangeReaderTest, CancellingOneBatchLeavesTheOthersRunning) {
+  RangeReaderOptions o = Options();
   o.max_inflight_requests = 2;
-  Engine engine(o, {});
+  RangeReader reader(o, {});
   server_.Put(kBucket, "hangs", TestPattern(kPiece, 2));
   server_.SetScript([](const FakeGcsServer::Request& r) {
     Reply reply;
@@ -378,46 +378,46 @@ TEST_F(EngineTest, CancellingOneBatchLeavesTheOthersRunning) {
     return reply;
   });
   Reads stuck({{0, 0, kPiece}});
-  auto a = Submit(engine, stuck, {{kBucket, "hangs"}});
+  auto a = Submit(reader, stuck, {{kBucket, "hangs"}});
   ASSERT_TRUE(server_.WaitForRequests(1, kLimit_s));
   Reads fine(SpacedRanges(6));
-  auto b = Submit(engine, fine);
+  auto b = Submit(reader, fine);
   ASSERT_TRUE(b->WaitFinishedFor(kLimit_s));
   EXPECT_TRUE(b->Failures().empty());
   for (size_t i = 0; i < fine.ranges.size(); ++i) ExpectBlobBytes(fine, i);
   EXPECT_FALSE(a->Finished());
-  engine.Cancel(a);
+  reader.Cancel(a);
   EXPECT_TRUE(a->Finished());
   EXPECT_TRUE(a->Failures().empty());
   EXPECT_EQ(server_.request_count(), 7);
 }
 
-TEST_F(EngineTest, DestroyingTheEngineEndsItsBatches) {
-  EngineOptions o = Options();
+TEST_F(RangeReaderTest, DestroyingTheReaderEndsItsBatches) {
+  RangeReaderOptions o = Options();
   o.num_threads = 1;
   o.max_inflight_requests = 1;
-  auto engine = std::make_unique<Engine>(o, TokenSource());
+  auto reader = std::make_unique<RangeReader>(o, TokenSource());
   server_.SetScript([](const FakeGcsServer::Request&) {
     Reply reply;
     reply.action = Action::kHang;
     return reply;
   });
   Reads reads(SpacedRanges(3));
-  auto batch = Submit(*engine, reads);
+  auto batch = Submit(*reader, reads);
   ASSERT_TRUE(server_.WaitForRequests(1, kLimit_s));
-  engine.reset();  // drops the queued fetches, stops the running one, joins the workers
+  reader.reset();  // drops the queued fetches, stops the running one, joins the workers
   EXPECT_TRUE(batch->Finished());
   EXPECT_TRUE(batch->Failures().empty());
   EXPECT_EQ(server_.request_count(), 1);
 }
 
-TEST_F(EngineTest, SendsOneCachedBearerTokenAndNeverShowsIt) {
+TEST_F(RangeReaderTest, SendsOneCachedBearerTokenAndNeverShowsIt) {
   int calls = 0;
   TokenSource source = [&calls] {
     ++calls;
     return Token{"secret-token-1", WallClockSeconds() + 3600};
   };
-  Engine engine(Options(), source);
+  RangeReader reader(Options(), source);
   server_.Put(kBucket, "denied", "x");
   server_.SetScript([](const FakeGcsServer::Request& r) {
     Reply reply;
@@ -429,10 +429,10 @@ TEST_F(EngineTest, SendsOneCachedBearerTokenAndNeverShowsIt) {
     return reply;
   });
   Reads first(SpacedRanges(3));
-  auto a = Submit(engine, first);
+  auto a = Submit(reader, first);
   ASSERT_TRUE(a->WaitFinishedFor(kLimit_s));
   Reads second({{0, 0, 1}});
-  auto b = Submit(engine, second, {{kBucket, "denied"}});
+  auto b = Submit(reader, second, {{kBucket, "denied"}});
   ASSERT_TRUE(b->WaitFinishedFor(kLimit_s));
   EXPECT_EQ(calls, 1);
   ASSERT_EQ(server_.request_count(), 4);
@@ -446,23 +446,23 @@ TEST_F(EngineTest, SendsOneCachedBearerTokenAndNeverShowsIt) {
   EXPECT_EQ(failures[0].error.find("secret-token"), std::string::npos) << failures[0].error;
 }
 
-TEST_F(EngineTest, ABrokenTokenSourceFailsTheSubmit) {
-  Engine engine(Options(), []() -> Token { throw std::runtime_error("no credentials here"); });
+TEST_F(RangeReaderTest, ABrokenTokenSourceFailsTheSubmit) {
+  RangeReader reader(Options(), []() -> Token { throw std::runtime_error("no credentials here"); });
   Reads reads({{0, 0, 10}});
   try {
-    Submit(engine, reads);
+    Submit(reader, reads);
     FAIL() << "expected std::runtime_error";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("no credentials here"), std::string::npos) << e.what();
   }
   EXPECT_EQ(server_.request_count(), 0);
-  EXPECT_EQ(engine.stats().Snapshot().requests, 0u);
+  EXPECT_EQ(reader.stats().Snapshot().requests, 0u);
 }
 
 // No request needs a server below this line.
 
-TEST(EngineOptionsTest, DefaultsComeFromTheTable) {
-  const EngineOptions o;
+TEST(RangeReaderOptionsTest, DefaultsComeFromTheTable) {
+  const RangeReaderOptions o;
   EXPECT_EQ(o.max_inflight_requests, defaults::kMaxInflightRequests);
   EXPECT_EQ(o.max_inflight_requests, 64);
   EXPECT_EQ(o.max_inflight_bytes, defaults::kMaxInflightBytes);
@@ -484,9 +484,9 @@ TEST(EngineOptionsTest, DefaultsComeFromTheTable) {
   o.Validate();
 }
 
-TEST(EngineOptionsTest, ValidateNamesTheBadOption) {
-  auto message = [](void (*change)(EngineOptions&)) -> std::string {
-    EngineOptions o;
+TEST(RangeReaderOptionsTest, ValidateNamesTheBadOption) {
+  auto message = [](void (*change)(RangeReaderOptions&)) -> std::string {
+    RangeReaderOptions o;
     change(o);
     try {
       o.Validate();
@@ -495,49 +495,54 @@ TEST(EngineOptionsTest, ValidateNamesTheBadOption) {
     }
     return "(no error)";
   };
+  EXPECT_NE(message([](RangeReaderOptions& o) {
+              o.max_inflight_requests = 0;
+            }).find("max_inflight_requests"),
+            std::string::npos);
   EXPECT_NE(
-      message([](EngineOptions& o) { o.max_inflight_requests = 0; }).find("max_inflight_requests"),
+      message([](RangeReaderOptions& o) { o.max_inflight_bytes = 0; }).find("max_inflight_bytes"),
       std::string::npos);
-  EXPECT_NE(message([](EngineOptions& o) { o.max_inflight_bytes = 0; }).find("max_inflight_bytes"),
+  EXPECT_NE(message([](RangeReaderOptions& o) { o.num_threads = 0; }).find("num_threads"),
             std::string::npos);
-  EXPECT_NE(message([](EngineOptions& o) { o.num_threads = 0; }).find("num_threads"),
+  EXPECT_NE(message([](RangeReaderOptions& o) { o.plan.chunk_bytes = 0; }).find("chunk_bytes"),
             std::string::npos);
-  EXPECT_NE(message([](EngineOptions& o) { o.plan.chunk_bytes = 0; }).find("chunk_bytes"),
+  EXPECT_NE(
+      message([](RangeReaderOptions& o) { o.plan.min_chunk_bytes = 0; }).find("min_chunk_bytes"),
+      std::string::npos);
+  EXPECT_NE(
+      message([](RangeReaderOptions& o) { o.connect_timeout_s = 0; }).find("connect_timeout_s"),
+      std::string::npos);
+  EXPECT_NE(message([](RangeReaderOptions& o) { o.stall_timeout_s = -1; }).find("stall_timeout_s"),
             std::string::npos);
-  EXPECT_NE(message([](EngineOptions& o) { o.plan.min_chunk_bytes = 0; }).find("min_chunk_bytes"),
+  EXPECT_NE(
+      message([](RangeReaderOptions& o) { o.recv_buffer_bytes = 10; }).find("recv_buffer_bytes"),
+      std::string::npos);
+  EXPECT_NE(message([](RangeReaderOptions& o) { o.retry.max_attempts = 0; }).find("max_attempts"),
             std::string::npos);
-  EXPECT_NE(message([](EngineOptions& o) { o.connect_timeout_s = 0; }).find("connect_timeout_s"),
-            std::string::npos);
-  EXPECT_NE(message([](EngineOptions& o) { o.stall_timeout_s = -1; }).find("stall_timeout_s"),
-            std::string::npos);
-  EXPECT_NE(message([](EngineOptions& o) { o.recv_buffer_bytes = 10; }).find("recv_buffer_bytes"),
-            std::string::npos);
-  EXPECT_NE(message([](EngineOptions& o) { o.retry.max_attempts = 0; }).find("max_attempts"),
-            std::string::npos);
-  EngineOptions bad;
+  RangeReaderOptions bad;
   bad.num_threads = 0;
-  EXPECT_THROW({ Engine engine(bad, {}); }, std::invalid_argument);
+  EXPECT_THROW({ RangeReader reader(bad, {}); }, std::invalid_argument);
 }
 
-TEST(EngineOptionsTest, ZeroLengthRequestsCompleteWithoutARequest) {
-  EngineOptions o;
+TEST(RangeReaderOptionsTest, ZeroLengthRequestsCompleteWithoutARequest) {
+  RangeReaderOptions o;
   o.endpoint = "http://127.0.0.1:1";  // nothing listens; nothing is asked
-  Engine engine(o, {});
-  auto batch = engine.Submit({{kBucket, kBlob}}, {{0, 0, 0}, {0, 5, 0}}, {nullptr, nullptr});
+  RangeReader reader(o, {});
+  auto batch = reader.Submit({{kBucket, kBlob}}, {{0, 0, 0}, {0, 5, 0}}, {nullptr, nullptr});
   EXPECT_EQ(batch->num_fetches(), 0u);
   EXPECT_TRUE(batch->Finished());
   EXPECT_EQ(batch->NextCompleted(0).completed, (std::vector<uint32_t>{0, 1}));
-  EXPECT_EQ(engine.stats().Snapshot().requests, 0u);
+  EXPECT_EQ(reader.stats().Snapshot().requests, 0u);
 }
 
-TEST(EngineOptionsTest, SubmitRejectsARangeThatOverflows) {
-  EngineOptions o;
+TEST(RangeReaderOptionsTest, SubmitRejectsARangeThatOverflows) {
+  RangeReaderOptions o;
   o.endpoint = "http://127.0.0.1:1";
-  Engine engine(o, {});
+  RangeReader reader(o, {});
   uint8_t byte = 0;
-  EXPECT_THROW(engine.Submit({{kBucket, kBlob}}, {{0, UINT64_MAX, 2}}, {&byte}),
+  EXPECT_THROW(reader.Submit({{kBucket, kBlob}}, {{0, UINT64_MAX, 2}}, {&byte}),
                std::invalid_argument);
-  EXPECT_EQ(engine.stats().Snapshot().requests, 0u);
+  EXPECT_EQ(reader.stats().Snapshot().requests, 0u);
 }
 
 }  // namespace
