@@ -23,7 +23,7 @@ from gcsckpt.dcp.checkpoint_errors import (
     NoCheckpointError,
 )
 from gcsckpt.dcp.checkpointer import GCSCheckpointer
-from gcsckpt.dcp.load.errors import CheckpointReadError
+from gcsckpt.dcp.load.load_errors import CheckpointReadError
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import UnsafeMetadataError
 from gcsckpt.dcp.missing import CheckpointNotFoundError
