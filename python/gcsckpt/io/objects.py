@@ -8,8 +8,8 @@ landed from another writer's object. Ranged reads go through the C++ RangeReader
 google-cloud-storage (anonymous against an emulator, ``gcsckpt.io.auth`` tokens against GCS),
 on a keep-alive connection pool shared by threads (built by ``gcsckpt.io.storage_client``).
 Every request runs under the one ``RetryPolicy`` (``gcsckpt.io.retry.api_core_retry``) with
-``(connect_timeout_s, stall_timeout_s)`` per attempt. Its upload speed against the client it replaced:
-docs/measurements.md, "The control-plane client".
+``(connect_timeout_s, stall_timeout_s)`` per attempt. Its upload speed against the client it
+replaced: docs/measurements.md, "The control-plane client".
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import time
 JSON_API_ROOTS = ("storage", "upload", "download", "batch", "b", "wipe")
 UPLOADS_DIR = ".uploads"  # under the data dir: upload bodies, resumable sessions, XML parts
 # The file name of a stored object's name segment over 255 bytes starts with this (then the
-# segment's SHA-256): server_store.py stores it, nginx_config.py passes its reads to the server.
+# segment's SHA-256): server_objects.py names it, nginx_config.py passes its reads to the server.
 LONG_SEGMENT_MARK = ".~gcsckpt-long~"
 BODY_FILE_HEADER = "X-Gcsckpt-Body-File"  # set by nginx: the file holding the request body
 ELAPSED_HEADER = "X-Gcsckpt-Elapsed"  # set by nginx: seconds since the request's first byte
