@@ -12,7 +12,7 @@ into a state seeded otherwise, checking after the first load that every value eq
 saved one. Prints, for the round with the least CPU: process CPU seconds (all threads, the
 range reader's included) in µs per ReadItem and CPU-s per GB fetched, and the CPU of each step
 (`read_metadata`, the planner's `set_up_planner` and `create_local_plan`, `read_data` and, inside
-it, `plan_fetches`, `run_windows`), with the load's ranges and GETs.
+it, `plan_item_ranges`, `run_windows`), with the load's ranges and GETs.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _timed_steps(cpu: dict, planner: type) -> None:
         (planner, "set_up_planner"),
         (planner, "create_local_plan"),
         (reader_module.GCSStorageReader, "read_data"),
-        (reader_module, "plan_fetches"),
+        (reader_module, "plan_item_ranges"),
         (reader_module, "run_windows"),
     ]
     for owner, name in steps:

@@ -87,7 +87,7 @@ class Batch : public TransferWork {
   void FetchDropped(uint32_t fetch);  // cancelled or shut down before finishing
   void MarkCancelled() { cancelled_.store(true); }
 
-  // Caller side (never while holding a lock the engine needs, e.g. Python's GIL).
+  // Caller side (never while holding a lock the reader needs, e.g. Python's GIL).
   struct Progress {
     std::vector<uint32_t> completed;  // newly complete request indices
     bool failed = false;              // some request failed for good

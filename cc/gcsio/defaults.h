@@ -1,4 +1,4 @@
-// The one table of the C++ defaults (range reader and uploader). EngineOptions, PlanOptions,
+// The one table of the C++ defaults (range reader and uploader). RangeReaderOptions, PlanOptions,
 // UploaderOptions, RetryPolicy and the token caches take their defaults from here; the pybind11
 // module exports the table as `_gcsio.DEFAULTS`, and python/gcsckpt/io/defaults.py takes its
 // values from that export, so the two languages cannot disagree. Each value has a one-line

@@ -1,6 +1,6 @@
 // The part every request handle shares, whatever its kind (a ranged GET, an upload request):
 // one libcurl easy handle with its error buffer and header list, the time it last saw a byte
-// (the driver's stall check) and the connections it opened. HttpTransfer and UploadTransfer
+// (the driver's stall check) and the connections it opened. RangeTransfer and UploadTransfer
 // derive from it; TransferLoop keeps idle ones in its spare pool.
 #ifndef CC_GCSIO_EASY_TRANSFER_H_
 #define CC_GCSIO_EASY_TRANSFER_H_

@@ -7,7 +7,7 @@
 // drop the connection, report a wrong crc32c, expire the session), can hold answers until a
 // number of requests wait at once, and records every request it saw.
 //
-// Why our own (~250 lines of POSIX sockets): the engine tests need to see how many requests
+// Why our own (~250 lines of POSIX sockets): the range reader tests need to see how many requests
 // are in flight at once and to fail chosen attempts; the project's LocalGCS and fault proxy are
 // Python (not reachable from a cc_test), and no C++ HTTP server library is a dependency.
 #ifndef CC_GCSIO_FAKE_GCS_SERVER_H_

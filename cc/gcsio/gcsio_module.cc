@@ -1,8 +1,8 @@
 // pybind11 module `_gcsio`: the C++ range reader and uploader as seen from Python. gcsckpt.io
 // wraps them with the public API (RangeReader, ReadHandle, RangeReadError; Uploader,
 // UploadHandle, UploadError); this layer only converts types and releases the GIL around every
-// wait and every checksum. The classes live in py_reader.cc and py_uploader.cc; here the module,
-// its table of defaults and the checksum functions.
+// wait and every checksum. The classes live in py_range_reader.cc and py_uploader.cc; here the
+// module, its table of defaults and the checksum functions.
 #include <curl/curl.h>
 #include <pybind11/pybind11.h>
 
@@ -11,11 +11,11 @@
 
 #include "cc/gcsio/crc32c.h"
 #include "cc/gcsio/defaults.h"
-#include "cc/gcsio/py_reader.h"
+#include "cc/gcsio/outcome.h"
+#include "cc/gcsio/py_range_reader.h"
 #include "cc/gcsio/py_requests.h"
 #include "cc/gcsio/py_retry.h"
 #include "cc/gcsio/py_uploader.h"
-#include "cc/gcsio/response_check.h"
 #include "cc/gcsio/upload_payload.h"
 
 namespace py = pybind11;
@@ -72,10 +72,10 @@ PYBIND11_MODULE(_gcsio, m) {
       },
       py::arg("text"), py::arg("secret") = "",
       "`text` with `secret`, every Bearer token and every ya29. access token replaced by "
-      "'<redacted>' (the engine's one redaction rule, RedactCredentials).");
+      "'<redacted>' (the one redaction rule, RedactCredentials).");
   m.def("crc32c_hardware", &gcsio::Crc32cHardware,
         "True when crc32c uses the SSE4.2 crc32 instruction on this CPU.");
 
   gcsio::BindUploader(m);
-  gcsio::BindReader(m);
+  gcsio::BindRangeReader(m);
 }

@@ -1,4 +1,4 @@
-// The queue of work shared by the range reader's Engine and the Uploader: jobs ready to start
+// The queue of work shared by the RangeReader and the Uploader: jobs ready to start
 // (FIFO; retries that fall due go first) and retries waiting for their backoff to end (a
 // min-heap by due time). Not thread-safe: the owner guards it with its own mutex.
 #ifndef CC_GCSIO_JOB_QUEUE_H_

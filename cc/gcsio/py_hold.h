@@ -1,7 +1,7 @@
 // The one hold / release / cancel of what Python holds. HeldWork: work submitted from Python (a
-// read Batch, an Upload) keeps its owner (Engine, Uploader) and the caller's buffers alive until
-// it has finished, waits in slices with the GIL released so that Ctrl-C can interrupt (the work
-// is cancelled before the signal is raised), and cancels on destruction, so nothing touches a
+// read Batch, an Upload) keeps its owner (RangeReader, Uploader) and the caller's buffers alive
+// until it has finished, waits in slices with the GIL released so that Ctrl-C can interrupt (the
+// work is cancelled before the signal is raised), and cancels on destruction, so nothing touches a
 // buffer Python let go. HeldOwner: the owner itself, stopped without the GIL on close().
 #ifndef CC_GCSIO_PY_HOLD_H_
 #define CC_GCSIO_PY_HOLD_H_
@@ -83,8 +83,9 @@ class HeldWork {
   Buffers buffers_;
 };
 
-// The Engine or Uploader behind a Python Reader / Uploader: closed (its threads joined) without
-// the GIL by Close() or on destruction; Live() raises std::runtime_error(`closed_error`) after.
+// The RangeReader or Uploader behind a `_gcsio.RangeReader` / `_gcsio.Uploader`: closed (its
+// threads joined) without the GIL by Close() or on destruction; Live() raises
+// std::runtime_error(`closed_error`) after.
 template <typename Owner>
 class HeldOwner {
  public:

@@ -1,6 +1,6 @@
 // Python side of a submit: turns a sequence of (bucket, object, offset, length, dest) tuples into
-// engine inputs, holding each destination's buffer view until the batch is done; and holds the
-// read-only buffers an upload (or a checksum) reads.
+// range reader inputs, holding each destination's buffer view until the batch is done; and holds
+// the read-only buffers an upload (or a checksum) reads.
 #ifndef CC_GCSIO_PY_REQUESTS_H_
 #define CC_GCSIO_PY_REQUESTS_H_
 

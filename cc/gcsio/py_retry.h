@@ -1,4 +1,4 @@
-// The engine's request rules as `_gcsio` functions, so that Python applies them, not a copy:
+// The C++ request rules as `_gcsio` functions, so that Python applies them, not a copy:
 // which HTTP statuses are retried, RetryPolicy's validation and the uploader's chunk rule.
 #ifndef CC_GCSIO_PY_RETRY_H_
 #define CC_GCSIO_PY_RETRY_H_

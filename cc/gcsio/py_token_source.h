@@ -1,4 +1,4 @@
-// Adapts a Python callable into a TokenSource that may be called from any engine thread.
+// Adapts a Python callable into a TokenSource that may be called from any transfer thread.
 #ifndef CC_GCSIO_PY_TOKEN_SOURCE_H_
 #define CC_GCSIO_PY_TOKEN_SOURCE_H_
 

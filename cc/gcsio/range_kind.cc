@@ -3,7 +3,7 @@
 #include <string>
 
 #include "cc/gcsio/http_text.h"
-#include "cc/gcsio/http_transfer.h"
+#include "cc/gcsio/range_transfer.h"
 #include "cc/gcsio/url.h"
 
 namespace gcsio {
@@ -28,7 +28,7 @@ std::vector<DriverJob> RangeKind::Jobs(const std::shared_ptr<Batch>& batch) {
 }
 
 std::unique_ptr<EasyTransfer> RangeKind::NewTransfer() const {
-  return std::make_unique<HttpTransfer>();
+  return std::make_unique<RangeTransfer>();
 }
 
 uint64_t RangeKind::Bytes(const DriverJob& job) const {
@@ -59,12 +59,12 @@ void RangeKind::Prepare(const DriverJob& job, EasyTransfer* transfer, std::strin
   setup.writer = &st.writer;
   setup.cancelled = &batch.cancelled_flag();
   setup.stats = stats_;
-  static_cast<HttpTransfer*>(transfer)->Begin(setup);
+  static_cast<RangeTransfer*>(transfer)->Begin(setup);
 }
 
 Judgement RangeKind::Judge(const DriverJob& job, const AttemptEnd& end) {
   Batch& batch = BatchOf(job);
-  auto* transfer = static_cast<HttpTransfer*>(end.transfer);
+  auto* transfer = static_cast<RangeTransfer*>(end.transfer);
   Outcome outcome = end.local;
   if (transfer != nullptr) {
     if (end.finished) {
@@ -106,7 +106,7 @@ Judgement RangeKind::Judge(const DriverJob& job, const AttemptEnd& end) {
 void RangeKind::Deliver(Batch& batch, uint32_t fetch, const Outcome& outcome,
                         const EasyTransfer* t) {
   if (t != nullptr) {
-    const auto* transfer = static_cast<const HttpTransfer*>(t);
+    const auto* transfer = static_cast<const RangeTransfer*>(t);
     stats_->AddLatency(transfer->total_time_s(), transfer->ttfb_s());
   }
   const Fetch& f = batch.fetch(fetch);

@@ -1,5 +1,5 @@
 // The ranged-GET request kind of the TransferDriver: one job per fetch of a Batch. It prepares
-// an HttpTransfer for the missing bytes of the fetch (pinned to the object's generation once
+// an RangeTransfer for the missing bytes of the fetch (pinned to the object's generation once
 // known), and judges each ended attempt: deliver the fetch (or the part below the object's end),
 // retry a retryable outcome (a retry asks only for the bytes still missing), or fail it.
 #ifndef CC_GCSIO_RANGE_KIND_H_
@@ -14,7 +14,7 @@
 
 namespace gcsio {
 
-// What a GET needs to know of its reader (all from EngineOptions).
+// What a GET needs to know of its reader (all from RangeReaderOptions).
 struct RangeKindOptions {
   std::string endpoint;
   double connect_timeout_s = 10;

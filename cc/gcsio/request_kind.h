@@ -14,7 +14,7 @@
 #include <string>
 
 #include "cc/gcsio/easy_transfer.h"
-#include "cc/gcsio/response_check.h"
+#include "cc/gcsio/outcome.h"
 
 namespace gcsio {
 

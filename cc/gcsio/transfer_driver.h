@@ -3,7 +3,7 @@
 // budget, one token cache, one stats record and `num_loops` TransferLoop threads, each driving
 // a curl multi handle on keep-alive connections. Each kind (request_kind.h) prepares its handles
 // and judges its attempts; an ended attempt takes one path, Settle: the kind's Judgement, then
-// for a retryable one DecideRetry (retry_policy.h) and Requeue. The range reader (Engine) and
+// for a retryable one DecideRetry (retry_policy.h) and Requeue. The RangeReader and
 // the Uploader are this driver with their kind.
 #ifndef CC_GCSIO_TRANSFER_DRIVER_H_
 #define CC_GCSIO_TRANSFER_DRIVER_H_

@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "cc/gcsio/http_text.h"
-#include "cc/gcsio/response_check.h"
+#include "cc/gcsio/outcome.h"
 #include "cc/gcsio/retry_policy.h"
 #include "cc/gcsio/upload_response.h"
 #include "cc/gcsio/url.h"

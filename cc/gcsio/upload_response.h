@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "cc/gcsio/response_check.h"
+#include "cc/gcsio/outcome.h"
 
 namespace gcsio {
 

@@ -21,7 +21,13 @@ from torch.distributed.checkpoint import _async_process_executor as torch_proces
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from torch.distributed.tensor import DTensor
 
-from gcsckpt.dcp import GCSCheckpointer, GCSSavePlanner, GCSStorageReader, GCSStorageWriter, engines
+from gcsckpt.dcp import (
+    GCSCheckpointer,
+    GCSSavePlanner,
+    GCSStorageReader,
+    GCSStorageWriter,
+    client_cache,
+)
 from gcsckpt.io.objects import ObjectStore
 
 
@@ -106,7 +112,11 @@ class RecordingWriter(GCSStorageWriter):
 
     def write_data(self, plan, planner):
         result = super().write_data(plan, planner)
-        entry = {"pid": os.getpid(), "builds": dict(engines.builds), "uploader": id(self._uploader)}
+        entry = {
+            "pid": os.getpid(),
+            "builds": dict(client_cache.builds),
+            "uploader": id(self._uploader),
+        }
         with open(self.log, "a") as f:
             f.write(json.dumps(entry) + "\n")
         return result

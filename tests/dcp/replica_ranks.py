@@ -21,7 +21,7 @@ from gcsckpt.testing.ports import free_port
 
 
 class _DeadRangesReader(GCSStorageReader):
-    """GCSStorageReader whose range GETs go to a closed port (one attempt): its fetches fail."""
+    """GCSStorageReader whose range GETs go to a closed port (one attempt): its item ranges fail."""
 
     def _reader(self) -> RangeReader:
         if self._range_reader is None:
@@ -32,7 +32,7 @@ class _DeadRangesReader(GCSStorageReader):
 
 class _RecordingPlanner(DefaultLoadPlanner):
     """DefaultLoadPlanner that keeps the (object, offset, length) of every storage entry its
-    rank's plan reads (a TORCH_SAVE item's fetch is its whole entry)."""
+    rank's plan reads (a TORCH_SAVE item's range is its whole entry)."""
 
     def create_local_plan(self):
         plan = super().create_local_plan()

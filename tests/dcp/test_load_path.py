@@ -18,11 +18,11 @@ from torch.distributed.checkpoint.planner import LoadItemType, ReadItem
 
 import gcsckpt.dcp
 from gcsckpt.dcp.load.decode import Decoder
-from gcsckpt.dcp.load.errors import CheckpointReadError, LoadErrors
-from gcsckpt.dcp.load.fetch import Fetch, FetchKind
 from gcsckpt.dcp.load.generations import Pins, check_metadata_read, pin_generations
+from gcsckpt.dcp.load.item_ranges import ItemRange, ItemRangeKind
+from gcsckpt.dcp.load.load_errors import CheckpointReadError, LoadErrors
 from gcsckpt.dcp.load.pipeline import run_windows
-from gcsckpt.dcp.load.plan import make_windows, plan_fetches, sort_items
+from gcsckpt.dcp.load.plan import make_windows, plan_item_ranges, sort_items
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.dcp.paths import CheckpointLocation
@@ -113,8 +113,8 @@ def test_load_path_over_local_files(tmp_path, fmt):
     planner.set_up_planner(target, metadata, True)
     errors, stats, ranges = LoadErrors(LOCATION, 0), LoadStats(), _FileRanges(tmp_path)
     items = sort_items(planner.create_local_plan().items, metadata.storage_data, errors)
-    plan = plan_fetches(items, metadata, planner.resolve_tensor, ranges, errors)
-    windows = make_windows(plan.fetches, 256)
+    plan = plan_item_ranges(items, metadata, planner.resolve_tensor, ranges, errors)
+    windows = make_windows(plan.item_ranges, 256)
     decoder = Decoder(planner, _StorageReaderTransforms(None), errors, stats)
     run_windows(windows, ranges, decoder.consume, stats)
 
@@ -124,20 +124,22 @@ def test_load_path_over_local_files(tmp_path, fmt):
     assert target["m"] == {"k": [1, 2]}
     # "e" holds no bytes: the default planner reads nothing for it.
     assert (plan.tensor_items, plan.bytes_items, plan.objects) == (2, 1, 1)
-    assert [(f.path, f.offset) for f in plan.fetches] == sorted(
-        (f.path, f.offset) for f in plan.fetches
+    assert [(f.path, f.offset) for f in plan.item_ranges] == sorted(
+        (f.path, f.offset) for f in plan.item_ranges
     )
-    tensor_kind = FetchKind.RAW if fmt == SerializationFormat.SAFETENSORS else FetchKind.TORCH_SAVE
-    kinds = {f.item.storage_index.fqn: f.kind for f in plan.fetches}
-    assert kinds == {"w": tensor_kind, "b": tensor_kind, "m.k": FetchKind.BYTES}
+    tensor_kind = (
+        ItemRangeKind.RAW if fmt == SerializationFormat.SAFETENSORS else ItemRangeKind.TORCH_SAVE
+    )
+    kinds = {f.item.storage_index.fqn: f.kind for f in plan.item_ranges}
+    assert kinds == {"w": tensor_kind, "b": tensor_kind, "m.k": ItemRangeKind.BYTES}
     # Tensors of both formats land in their targets (TORCH_SAVE: head and tail in a slot).
     assert plan.direct_items == 2
-    assert plan.direct_archive_items == (0 if tensor_kind is FetchKind.RAW else 2)
+    assert plan.direct_archive_items == (0 if tensor_kind is ItemRangeKind.RAW else 2)
     assert stats.archive_rereads == 0
     # Every slot exceeds the 256-byte window: one window each (direct RAW ones ride along).
-    assert stats.windows == len(windows) == sum(f.slot_bytes > 0 for f in plan.fetches)
-    assert len(windows) == (1 if tensor_kind is FetchKind.RAW else 3) == len(ranges.handles)
-    assert stats.bytes_needed == sum(f.length for f in plan.fetches)
+    assert stats.windows == len(windows) == sum(f.slot_bytes > 0 for f in plan.item_ranges)
+    assert len(windows) == (1 if tensor_kind is ItemRangeKind.RAW else 3) == len(ranges.handles)
+    assert stats.bytes_needed == sum(f.length for f in plan.item_ranges)
     assert not any(h.cancelled for h in ranges.handles)
 
 
@@ -148,8 +150,8 @@ def test_raw_regions_fetch_only_what_they_need(tmp_path):
     items = [_item("w", (2, 0), (3, 30)), _item("w", (0, 5), (20, 5))]
     targets = {id(items[0]): rows, id(items[1]): cols}
     errors, ranges = LoadErrors(LOCATION, 0), _FileRanges(tmp_path)
-    plan = plan_fetches(items, metadata, lambda item: targets[id(item)], ranges, errors)
-    by_target = {id(f.item): f for f in plan.fetches}
+    plan = plan_item_ranges(items, metadata, lambda item: targets[id(item)], ranges, errors)
+    by_target = {id(f.item): f for f in plan.item_ranges}
     direct, narrowed = by_target[id(items[0])], by_target[id(items[1])]
     assert (
         direct.target.data_ptr() == rows.data_ptr()
@@ -173,7 +175,7 @@ def test_raw_regions_fetch_only_what_they_need(tmp_path):
     planner = Planner()
     stats = LoadStats()
     decoder = Decoder(planner, _StorageReaderTransforms(None), errors, stats)
-    run_windows(make_windows(plan.fetches, 1 << 20), ranges, decoder.consume, stats)
+    run_windows(make_windows(plan.item_ranges, 1 << 20), ranges, decoder.consume, stats)
     w = _state()["w"]
     assert torch.equal(rows, w[2:5]) and torch.equal(cols, w[:, 5:10])
     assert sorted(planner.committed) == sorted(id(i) for i in items)
@@ -186,7 +188,7 @@ def test_blob_header_mismatch_names_object_and_range(tmp_path):
     entry = metadata.state_dict_metadata["w"]
     entry.properties.dtype = torch.int32  # same byte size, another dtype than the blob says
     with pytest.raises(CheckpointReadError) as raised:
-        plan_fetches(
+        plan_item_ranges(
             [item], metadata, lambda _: None, _FileRanges(tmp_path), LoadErrors(LOCATION, 3)
         )
     message = str(raised.value)
@@ -195,11 +197,11 @@ def test_blob_header_mismatch_names_object_and_range(tmp_path):
     assert "safetensors tensor 'w' is torch.float32 (20, 30), metadata says torch.int32" in message
 
 
-def test_fetches_are_frozen():
-    fetch = Fetch("o", 0, 8, None, FetchKind.BYTES)
+def test_item_ranges_are_frozen():
+    item_range = ItemRange("o", 0, 8, None, ItemRangeKind.BYTES)
     with pytest.raises(AttributeError):
-        fetch.offset = 4  # type: ignore[misc]
-    window = make_windows([fetch], 64)[0]
+        item_range.offset = 4  # type: ignore[misc]
+    window = make_windows([item_range], 64)[0]
     assert window.slots == (0,) and window.buffer_bytes == 64
     with pytest.raises(dataclasses.FrozenInstanceError):
         window.buffer_bytes = 0  # type: ignore[misc]
@@ -207,13 +209,13 @@ def test_fetches_are_frozen():
 
 def test_pipeline_cancels_outstanding_windows_when_decoding_fails(tmp_path):
     (tmp_path / "o").write_bytes(bytes(range(256)) * 4)
-    fetches = [Fetch("o", i * 100, 100, None, FetchKind.BYTES) for i in range(6)]
-    windows = make_windows(fetches, 128)  # one fetch per window
+    item_ranges = [ItemRange("o", i * 100, 100, None, ItemRangeKind.BYTES) for i in range(6)]
+    windows = make_windows(item_ranges, 128)  # one item range per window
     ranges = _FileRanges(tmp_path)
     seen = []
 
-    def consume(fetch, data):
-        seen.append((fetch.offset, data.tobytes()))  # a numpy view of the slot
+    def consume(item_range, data):
+        seen.append((item_range.offset, data.tobytes()))  # a numpy view of the slot
         raise RuntimeError("decoder broke")
 
     with pytest.raises(RuntimeError, match="decoder broke"):
@@ -225,10 +227,10 @@ def test_pipeline_cancels_outstanding_windows_when_decoding_fails(tmp_path):
 
 def test_decode_failure_names_object_range_and_fqn():
     item = _item("w", (0,), (4,), chunk_offsets=(0,))
-    fetch = Fetch("__0_0.distcp", 10, 4, item, FetchKind.TORCH_SAVE)
+    item_range = ItemRange("__0_0.distcp", 10, 4, item, ItemRangeKind.TORCH_SAVE)
     decoder = Decoder(None, _StorageReaderTransforms(None), LoadErrors(LOCATION, 1), LoadStats())
     with pytest.raises(CheckpointReadError) as raised:
-        decoder.consume(fetch, torch.zeros(4, dtype=torch.uint8))
+        decoder.consume(item_range, torch.zeros(4, dtype=torch.uint8))
     assert "rank 1: checkpoint load failed: gs://bkt/ckpt/step1/__0_0.distcp bytes=10-13:" in str(
         raised.value
     )

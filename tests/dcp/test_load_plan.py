@@ -1,38 +1,40 @@
-"""gcsckpt.dcp.load.plan: fetches grouped into windows of bounded buffer bytes; runs of
+"""gcsckpt.dcp.load.plan: item ranges grouped into windows of bounded buffer bytes; runs of
 BYTE_IO archives packed and read as one range (`pipeline.window_requests`)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from gcsckpt.dcp.load.fetch import ALIGN, Fetch, FetchKind
+from gcsckpt.dcp.load.item_ranges import ALIGN, ItemRange, ItemRangeKind
 from gcsckpt.dcp.load.pipeline import window_requests
 from gcsckpt.dcp.load.plan import make_windows
 
 
 def test_windows_bound_buffer_bytes_and_align_slots():
     lengths = [100, 5000, 3, 70000, 64, 200000, 1]
-    fetches = [Fetch("o", i * 1000, n, None, FetchKind.TORCH_SAVE) for i, n in enumerate(lengths)]
-    windows = make_windows(fetches, 80000)
-    assert [f for w in windows for f in w.fetches] == fetches
+    item_ranges = [
+        ItemRange("o", i * 1000, n, None, ItemRangeKind.TORCH_SAVE) for i, n in enumerate(lengths)
+    ]
+    windows = make_windows(item_ranges, 80000)
+    assert [f for w in windows for f in w.item_ranges] == item_ranges
     for window in windows:
-        assert window.buffer_bytes <= 80000 or len(window.fetches) == 1
-        for f, slot in zip(window.fetches, window.slots, strict=True):
+        assert window.buffer_bytes <= 80000 or len(window.item_ranges) == 1
+        for f, slot in zip(window.item_ranges, window.slots, strict=True):
             assert slot % ALIGN == 0 and slot + f.length <= window.buffer_bytes
 
 
 def test_byte_io_runs_pack_into_one_range_each():
-    b = FetchKind.BYTES
-    fetches = [
-        Fetch("o", 0, 100, None, b),
-        Fetch("o", 100, 30, None, b),  # follows: packed, same range
-        Fetch("o", 130, 7, None, b),
-        Fetch("o", 200, 9, None, b),  # a gap in the object: new range, aligned slot
-        Fetch("o", 209, 5, None, FetchKind.TORCH_SAVE),  # not BYTES: aligned, own range
-        Fetch("o", 214, 11, None, b),
-        Fetch("p", 225, 3, None, b),  # another object: new range
+    b = ItemRangeKind.BYTES
+    item_ranges = [
+        ItemRange("o", 0, 100, None, b),
+        ItemRange("o", 100, 30, None, b),  # follows: packed, same range
+        ItemRange("o", 130, 7, None, b),
+        ItemRange("o", 200, 9, None, b),  # a gap in the object: new range, aligned slot
+        ItemRange("o", 209, 5, None, ItemRangeKind.TORCH_SAVE),  # not BYTES: aligned, own range
+        ItemRange("o", 214, 11, None, b),
+        ItemRange("p", 225, 3, None, b),  # another object: new range
     ]
-    (window,) = make_windows(fetches, 1 << 20)
+    (window,) = make_windows(item_ranges, 1 << 20)
     assert window.slots == (0, 100, 130, 192, 256, 320, 384)
     assert window.buffer_bytes == 448
     host = np.arange(window.buffer_bytes, dtype=np.uint8)
@@ -50,9 +52,9 @@ def test_byte_io_runs_pack_into_one_range_each():
 
 
 def test_packed_windows_stay_within_their_budget():
-    fetches = [Fetch("o", i * 50, 50, None, FetchKind.BYTES) for i in range(40)]
-    windows = make_windows(fetches, 640)
-    assert [f for w in windows for f in w.fetches] == fetches
+    item_ranges = [ItemRange("o", i * 50, 50, None, ItemRangeKind.BYTES) for i in range(40)]
+    windows = make_windows(item_ranges, 640)
+    assert [f for w in windows for f in w.item_ranges] == item_ranges
     assert all(w.buffer_bytes <= 640 for w in windows) and len(windows) == 4
 
 
@@ -65,11 +67,13 @@ def test_direct_archive_tail_and_next_head_are_one_range():
 
     targets = [torch.zeros(4, dtype=torch.int32) for _ in range(3)]
     # Three archives of 60 bytes back to back, each: head 10, storage at +20 (16 bytes), tail 6.
-    fetches = [
-        Fetch("o", 60 * i, 60, None, FetchKind.TORCH_SAVE, target=t, archive=_Template(), skip=10)
+    item_ranges = [
+        ItemRange(
+            "o", 60 * i, 60, None, ItemRangeKind.TORCH_SAVE, target=t, archive=_Template(), skip=10
+        )
         for i, t in enumerate(targets)
     ]
-    (window,) = make_windows(fetches, 1 << 20)
+    (window,) = make_windows(item_ranges, 1 << 20)
     assert window.slots == (0, 16, 32)  # packed: head + tail, 16 bytes each
     host = np.arange(window.buffer_bytes, dtype=np.uint8)
     requests, owners = window_requests(window, host)

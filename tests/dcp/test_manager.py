@@ -318,10 +318,10 @@ def test_kill_during_a_load_changes_nothing(gcs):
     child = _child(
         _SETUP
         + """
-    from gcsckpt.dcp import checkpointer
-    class Dying(checkpointer.GCSStorageReader):
+    from gcsckpt.dcp import checkpointer_load
+    class Dying(checkpointer_load.GCSStorageReader):
         read_data = die
-    checkpointer.GCSStorageReader = Dying
+    checkpointer_load.GCSStorageReader = Dying
     GCSCheckpointer("sync", root=root, keep_latest=1, endpoint=endpoint).load(state(0))
     """,
         gcs.endpoint,

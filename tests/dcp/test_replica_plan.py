@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gcsckpt.dcp.load.fetch import ALIGN
+from gcsckpt.dcp.load.item_ranges import ALIGN
 from gcsckpt.dcp.load.replica_plan import assign
 from gcsckpt.io.defaults import CHUNK_BYTES
 

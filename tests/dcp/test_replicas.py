@@ -1,6 +1,6 @@
 """Each byte read once per job: an HSDP state on 4 gloo ranks (2 replicas x 2 shards) loaded
 with read_once (each range fetched by one rank, sent to the others), without it (every replica
-fetches its ranges), with one owner's fetches failing, and without a process group."""
+fetches its ranges), with one owner's item ranges failing, and without a process group."""
 
 from __future__ import annotations
 

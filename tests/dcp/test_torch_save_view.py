@@ -1,4 +1,4 @@
-"""gcsckpt.dcp.torch_save_view: tensors read straight out of a torch.save archive in a fetch
+"""gcsckpt.dcp.torch_save_view: tensors read straight out of a torch.save archive in an item range
 window (a view where aligned, a copy otherwise; crafted archives refused)."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import os
 from gcsckpt import _gcsio
 from gcsckpt.io import RangeReader, RetryPolicy, Uploader, defaults
 
-# Table entries only the C++ engine reads (the token cache's lifetime of a token without expiry).
+# Table entries only the C++ side reads (the token cache's lifetime of a token without expiry).
 CC_ONLY = {"token_unknown_ttl_s"}
 _RENAMED = {"RETRY_DEADLINE_S": "deadline_s"}  # Python name -> table key where they differ
 
@@ -48,7 +48,7 @@ def test_upload_defaults_keep_their_documented_relations():
     assert staged >= defaults.MAX_INFLIGHT_UPLOADS
 
 
-def test_engines_accept_their_own_defaults():
+def test_native_clients_accept_their_own_defaults():
     """The defaults pass the checks every option goes through (no server is contacted)."""
     with (
         RangeReader("http://127.0.0.1:1", send_token=False) as reader,

@@ -289,7 +289,7 @@ def test_errors_built_from_any_source_redact_bearer_tokens():
         assert "abc.DEF-123" not in text and "xyz" not in text
     assert redact("token s3cr3t here", ["s3cr3t"]) == "token <redacted> here"
     assert redact("Authorization: Bearer t0k") == "Authorization: Bearer <redacted>"
-    # The token only (RFC 6750 token characters), as the C++ engine redacts it.
+    # The token only (RFC 6750 token characters), as the C++ side redacts it.
     assert redact('{"Authorization":"Bearer ya29.a-b_c~d+e/f==","n":1} (0 of 10 bytes') == (
         '{"Authorization":"Bearer <redacted>","n":1} (0 of 10 bytes'
     )

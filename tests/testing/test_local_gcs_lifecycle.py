@@ -180,6 +180,8 @@ def test_the_server_imports_the_endpoint_modules_by_their_package_names():
         "gcsckpt.testing.clients",
         "gcsckpt.testing.server_http",
         "gcsckpt.testing.server_main",
+        "gcsckpt.testing.server_md5",
+        "gcsckpt.testing.server_objects",
         "gcsckpt.testing.server_store",
         "gcsckpt.testing.server_sums",
         "gcsckpt.testing.server_uploads",

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from gcsckpt.testing import server_store
-from gcsckpt.testing.server_store import Store, selects_md5
+from gcsckpt.testing.server_objects import selects_md5
+from gcsckpt.testing.server_store import Store
 from gcsckpt.testing.server_sums import LazyMD5, file_checksums
 
 BUCKET = "lazy"

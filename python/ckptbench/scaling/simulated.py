@@ -3,10 +3,10 @@ against stock DCP's, on the synthetic 70B checkpoint of ``synthetic`` (no I/O, o
 
 gcsckpt: ``metadata_codec.load_metadata`` (allow-listed unpickle and checks), ``GCSLoadPlanner``'s
 ``set_up_planner`` + ``create_local_plan``, then the reader's ``storage_entries`` and
-``plan_fetches`` (TORCH_SAVE items: no blob headers, so no request). Stock: ``pickle.loads`` (what
-FsspecReader/FileSystemReader do with ``.metadata``), ``DefaultLoadPlanner``'s ``set_up_planner``
-+ ``create_local_plan``. Process CPU seconds of each step, one round per point (a point at 1,024
-ranks is ~2 million storage entries).
+``plan_item_ranges`` (TORCH_SAVE items: no blob headers, so no request). Stock: ``pickle.loads``
+(what FsspecReader/FileSystemReader do with ``.metadata``), ``DefaultLoadPlanner``'s
+``set_up_planner`` + ``create_local_plan``. Process CPU seconds of each step, one round per point (a
+point at 1,024 ranks is ~2 million storage entries).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from ckptbench.scaling.synthetic import (
     rank_state_dict,
     synthetic_metadata,
 )
-from gcsckpt.dcp.load.errors import LoadErrors
-from gcsckpt.dcp.load.plan import plan_fetches, storage_entries
+from gcsckpt.dcp.load.load_errors import LoadErrors
+from gcsckpt.dcp.load.plan import plan_item_ranges, storage_entries
 from gcsckpt.dcp.metadata_codec import dump_metadata, load_metadata
 from gcsckpt.dcp.paths import CheckpointLocation
 from gcsckpt.dcp.planner import GCSLoadPlanner
@@ -44,7 +44,7 @@ class SimulatedPoint:
       metadata_bytes: size of the pickled ``.metadata``.
       items: ReadItems of the rank's plan.
       decode_s: CPU seconds to decode ``.metadata``.
-      plan_s: CPU seconds of the rank's planning (set-up, local plan, gcsckpt's fetch plan).
+      plan_s: CPU seconds of the rank's planning (set-up, local plan, gcsckpt's item-range plan).
     """
 
     arm: str
@@ -89,7 +89,7 @@ def _gcsckpt(payload: bytes, state: dict, rank: int) -> tuple[int, float, float]
         planner.set_up_planner(state, metadata, False)
         items = planner.create_local_plan().items
         infos = storage_entries(items, metadata.storage_data, errors)
-        plan_fetches(items, metadata, planner.resolve_tensor, None, errors, infos)
+        plan_item_ranges(items, metadata, planner.resolve_tensor, None, errors, infos)
         return items
 
     items, plan_s = _cpu(plan)

@@ -14,6 +14,10 @@ In a training job, `GCSCheckpointer(mode, root="gs://bucket/run", keep_latest=K)
 (gcsckpt.dcp.checkpointer) sets up staging, plan caching, the writer and its priorities for saves
 every N steps, and owns the run's steps (`save(state, step=N)`, `steps()`, `latest()`,
 `load(state)`, retention, a node-local tier); `gcsckpt.dcp.steps` lists and checks a run's steps.
+
+Module names: every module base name under `gcsckpt` is used once. Three name planning:
+`planner` is GCSLoadPlanner (torch's LoadPlanner); `save.plan_cache` is GCSSavePlanner (torch's
+SavePlanner with its plan cache); `load.plan` plans a load's item ranges (no torch planner).
 """
 
 from gcsckpt.dcp.checkpoint_errors import (
@@ -23,7 +27,7 @@ from gcsckpt.dcp.checkpoint_errors import (
     NoCheckpointError,
 )
 from gcsckpt.dcp.checkpointer import GCSCheckpointer
-from gcsckpt.dcp.load.errors import CheckpointReadError
+from gcsckpt.dcp.load.load_errors import CheckpointReadError
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.metadata_codec import UnsafeMetadataError
 from gcsckpt.dcp.missing import CheckpointNotFoundError

@@ -7,7 +7,7 @@ process) instead of touching fresh pages; in PROCESS mode, torch's checkpoint pr
 with the checkpointer, in the background, instead of inside the first save
 (`gcsckpt.dcp.checkpoint_process`); one `GCSSavePlanner`, so saves 2..N reuse the first
 save's plans and Metadata; a GCSStorageWriter per save whose clients come from
-`gcsckpt.dcp.engines` (built once per process: in PROCESS mode, once in torch's checkpoint
+`gcsckpt.dcp.client_cache` (built once per process: in PROCESS mode, once in torch's checkpoint
 process); and the save's threads at background priority. Because the staging buffers are
 reused, a save first waits for the previous one to be committed.
 
@@ -15,7 +15,9 @@ With `root="gs://bucket/run"` it also owns the run's steps (`gcsckpt.dcp.steps`)
 step=N)` writes `run/step-N`, `steps()` / `latest()` list the complete ones, `load(state)`
 restores the newest complete step (falling back to the previous one when it fails), old steps
 are deleted in the background (`keep_latest`, `keep_every`) and, with `local_dir`, each rank
-keeps its newest checkpoint on the node as well (`gcsckpt.dcp.local_tier`).
+keeps its newest checkpoint on the node as well (`gcsckpt.dcp.local_tier`). Listing and retention
+live in `gcsckpt.dcp.checkpointer_steps` (RunSteps), loads in `gcsckpt.dcp.checkpointer_load`
+(RunLoads): the checkpointer's two base classes.
 """
 
 from __future__ import annotations
@@ -43,18 +45,12 @@ from gcsckpt.dcp.checkpoint_errors import (
     first_cause,
     wrap,
 )
+from gcsckpt.dcp.checkpointer_load import RunLoads
+from gcsckpt.dcp.checkpointer_steps import RunSteps
 from gcsckpt.dcp.local_tier import LocalTier, default_local_dir
 from gcsckpt.dcp.main_guard import check_main_guard
-from gcsckpt.dcp.reader import GCSStorageReader
 from gcsckpt.dcp.save.plan_cache import GCSSavePlanner
-from gcsckpt.dcp.steps import (
-    StepInfo,
-    delete_step,
-    list_steps,
-    parse_root,
-    retention_plan,
-    step_url,
-)
+from gcsckpt.dcp.steps import parse_root, step_url
 from gcsckpt.dcp.writer import GCSStorageWriter
 from gcsckpt.io.objects import ObjectStore
 
@@ -64,14 +60,6 @@ BACKGROUND_NICE = 10  # the nice value of an async save's threads (see gcsckpt.d
 _SHARED_OPTIONS = ("endpoint", "token_provider", "retry")
 
 log = logging.getLogger(__name__)
-
-
-def _metadata_generation(info: StepInfo) -> int | None:
-    """The generation of a step's `.metadata` in its listing (None: not reported)."""
-    for obj in info.objects:
-        if obj.name.endswith("/.metadata") or obj.name == ".metadata":
-            return obj.generation
-    return None
 
 
 class _KeepingStager(DefaultStager):
@@ -85,7 +73,7 @@ class _KeepingStager(DefaultStager):
         return staged
 
 
-class GCSCheckpointer:
+class GCSCheckpointer(RunLoads, RunSteps):
     """Saves a training job's checkpoints to gs:// and, given a run `root`, owns its steps.
 
     Make one per job, on every rank at the same point (it may create gloo groups), then
@@ -340,231 +328,6 @@ class GCSCheckpointer:
         finally:
             if local is not None:
                 local.result()
-
-    # -- the run's steps -------------------------------------------------------------------------
-    def _need_root(self, what: str) -> str:
-        if self.root is None:
-            raise ValueError(f"{what} needs GCSCheckpointer(root='gs://bucket/run')")
-        return self.root
-
-    def _object_store(self) -> ObjectStore:
-        with self._lock:
-            if self._store is None:
-                self._store = ObjectStore(
-                    self._shared.get("endpoint"),
-                    token_provider=self._shared.get("token_provider"),
-                    retry=self._shared.get("retry"),
-                )
-            return self._store
-
-    def step_infos(self) -> list[StepInfo]:
-        """Every `step-N` folder under root, newest first, complete or not (`steps.StepInfo`).
-
-        Raises:
-            ValueError: no root. ObjectStoreError: the listing or a `.metadata` read failed.
-        """
-        root = self._need_root("step_infos")
-        self._retention_settled()
-        return list_steps(self._object_store(), root)
-
-    def _retention_settled(self) -> None:
-        """Waits for the retention runs committed saves have started, so a listing shows the
-        steps retention keeps (`save(..., step=5)` then `steps()` never lists a step that save
-        already doomed). apply_retention logs its failures and never raises."""
-        with self._lock:
-            runs, self._retention_runs = self._retention_runs, []
-        for run in runs:
-            run.result()
-
-    def steps(self) -> list[int]:
-        """The complete steps under root, newest first: `.metadata` committed and every object
-        it names present with its recorded size, after the retention runs already started have
-        finished. Runs on the calling rank alone (one LIST and one `.metadata` GET per committed
-        step).
-
-        Raises:
-            ValueError: no root. ObjectStoreError: the listing or a read failed.
-        """
-        return [info.step for info in self.step_infos() if info.complete]
-
-    def latest(self) -> int | None:
-        """The newest complete step, or None."""
-        complete = self.steps()
-        return complete[0] if complete else None
-
-    def _broadcast(self, value: Any) -> Any:
-        if self._control is None:
-            return value
-        box = [value]
-        dist.broadcast_object_list(
-            box, src=dist.get_global_rank(self._control, 0), group=self._control
-        )
-        return box[0]
-
-    def _all(self, ok: bool) -> bool:
-        if self._control is None:
-            return ok
-        flag = torch.tensor([1 if ok else 0])
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._control)
-        return bool(flag.item())
-
-    def load(self, state_dict: dict[str, Any], step: int | None = None) -> int | None:
-        """Loads the newest complete step (or `step`) into `state_dict`; returns its number, or
-        None when root holds no complete step (a first run; `state_dict` is left as it was).
-
-        Call on every rank. Rank 0 lists the steps; every rank loads the same one. With
-        `local_dir`, every rank first checks its local copy (the newest complete GCS step,
-        every file's size and CRC-32C) and, when all ranks have one, loads it from the node;
-        otherwise from GCS (`GCSStorageReader`, with the writer's endpoint, token provider and
-        retry). When the newest step fails (a missing, truncated or corrupt object: torch's
-        CheckpointException carrying CheckpointReadError), a warning says so and the previous
-        complete step is loaded instead. `last_load` records the source and skipped steps.
-
-        Raises:
-            ValueError: no root. NoCheckpointError: `step` is not a complete step.
-            CheckpointLoadError: `step`, or every complete step, failed to load (the last
-            failure's rank exception is `__cause__`); CheckpointSaveError: the save in flight
-            failed.
-        """
-        root = self._need_root("load")
-        self.wait()
-        listed: Any = None
-        if self._rank == 0:
-            try:
-                listed = [
-                    (i.step, _metadata_generation(i)) for i in self.step_infos() if i.complete
-                ]
-            except Exception as exc:  # every rank must hear of it
-                listed = exc
-        listed = self._broadcast(listed)
-        if isinstance(listed, BaseException):
-            raise CheckpointLoadError(f"listing {root} failed: {listed}", url=root) from listed
-        generations = dict(listed)
-        listed = [s for s, _ in listed]
-        if step is not None:
-            if step not in listed:
-                raise NoCheckpointError(
-                    f"{step_url(root, step)} is not a complete checkpoint (complete steps under"
-                    f" {root}: {listed[:10] or 'none'})",
-                    url=step_url(root, step),
-                )
-            listed = [step]
-        skipped: list[tuple[int, str]] = []
-        self.last_load = {"step": None, "source": None, "skipped": skipped}
-        if not listed:
-            return None
-        failure: BaseException | None = None
-        for i, candidate in enumerate(listed):
-            url = step_url(root, candidate)
-            self._hold(url)
-            try:
-                if i == 0 and self._load_local(state_dict, candidate, generations[candidate]):
-                    self.last_load.update(step=candidate, source="local")
-                    return candidate
-                try:
-                    dcp.load(
-                        state_dict,
-                        storage_reader=GCSStorageReader(url, **self._shared),
-                        process_group=self._group if self.mode == "sync" else None,
-                    )
-                except (CheckpointException, Exception) as exc:
-                    failure = exc
-                    error = wrap(CheckpointLoadError, "load of", url, exc)
-                    if step is not None:
-                        raise error from first_cause(exc)[1]
-                    skipped.append((candidate, str(error)))
-                    following = listed[i + 1] if i + 1 < len(listed) else None
-                    log.warning(
-                        "%s; %s",
-                        error,
-                        f"falling back to step-{following}"
-                        if following is not None
-                        else "no older complete step to fall back to",
-                    )
-                    continue
-                self.last_load.update(step=candidate, source="gcs")
-                return candidate
-            finally:
-                self._release(url)
-        error = CheckpointLoadError(
-            f"no complete step under {root} could be loaded; tried "
-            + "; ".join(f"step-{s}: {why}" for s, why in skipped),
-            url=root,
-        )
-        raise error from first_cause(failure)[1] if failure is not None else None
-
-    def _load_local(self, state_dict: dict[str, Any], step: int, generation: int | None) -> bool:
-        """Loads step `step` from every rank's local copy when all ranks have a whole one."""
-        if self._tier is None:
-            return False
-        problem = "no local copy"
-        if self._tier.newest() == step:
-            problem = self._tier.verify(step, generation)
-        elif self._tier.newest() is not None:
-            problem = f"local copy is step-{self._tier.newest()}, loading step-{step}"
-        if problem and self._tier.newest() is not None:
-            log.warning("rank %d: not using the local tier: %s", self._rank, problem)
-        if not self._all(not problem):
-            self.last_load["local_problem"] = problem
-            return False
-        try:
-            self._tier.load(state_dict, step)
-            ok = True
-        except (CheckpointException, Exception) as exc:
-            log.warning("rank %d: local copy of step-%d failed to load: %s", self._rank, step, exc)
-            self.last_load["local_problem"] = str(exc)
-            ok = False
-        return self._all(ok)
-
-    # -- retention -------------------------------------------------------------------------------
-    def _hold(self, url: str) -> None:
-        with self._lock:
-            self._busy[url] = self._busy.get(url, 0) + 1
-
-    def _release(self, url: str) -> None:
-        with self._lock:
-            left = self._busy.get(url, 0) - 1
-            if left > 0:
-                self._busy[url] = left
-            else:
-                self._busy.pop(url, None)
-
-    def _pool(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._retention is None:
-                self._retention = ThreadPoolExecutor(1, thread_name_prefix="gcsckpt-retention")
-            return self._retention
-
-    def apply_retention(self) -> list[int]:
-        """Deletes the steps `keep_latest` / `keep_every` no longer keep (never one being
-        written or loaded, never one newer than the newest complete step), `.metadata` first.
-        Runs on rank 0 in a background thread after each committed save; a failure is logged
-        and the next save's run retries it. Returns the steps deleted."""
-        if self.root is None or self.keep_latest is None:
-            return []
-        try:
-            store = self._object_store()
-            infos = list_steps(store, self.root)
-            with self._lock:
-                busy = {info.step for info in infos if info.url in self._busy}
-            doomed = retention_plan(
-                infos, keep_latest=self.keep_latest, keep_every=self.keep_every, protected=busy
-            )
-        except Exception as exc:
-            log.warning(
-                "retention under %s: listing failed (retried at the next save): %s", self.root, exc
-            )
-            return []
-        deleted = []
-        for info in doomed:
-            try:
-                delete_step(store, info)
-                deleted.append(info.step)
-            except Exception as exc:
-                log.warning(
-                    "retention: deleting %s failed (retried at the next save): %s", info.url, exc
-                )
-        return deleted
 
     def close(self) -> None:
         """Waits for the save in flight, its local copy and retention, stops the checkpoint

@@ -11,7 +11,7 @@ skipped by later collections, still freed by reference counting) from the end of
 to the end of `read_data`, which also shields DCP's own planning steps in between. The freeze
 is taken before the collector is turned back on, and `read_data` drops its per-item records
 before it is: the first collection after a pause otherwise walks everything allocated during it
-(20-37 ms for the unpickled `.metadata` of 12k entries, 4-6 ms for the fetch plan; measured
+(20-37 ms for the unpickled `.metadata` of 12k entries, 4-6 ms for the item-range plan; measured
 with `gc.callbacks`, docs/measurements.md "Per-item costs on the load path").
 """
 

@@ -38,11 +38,11 @@ from torch.futures import Future
 from gcsckpt.dcp import checksums
 from gcsckpt.dcp.gc_control import HeapFreeze, collector_paused
 from gcsckpt.dcp.load.decode import Decoder
-from gcsckpt.dcp.load.errors import LoadErrors
 from gcsckpt.dcp.load.extents import check_extents
 from gcsckpt.dcp.load.generations import Pins, check_metadata_read, pin_generations
+from gcsckpt.dcp.load.load_errors import LoadErrors
 from gcsckpt.dcp.load.pipeline import run_windows
-from gcsckpt.dcp.load.plan import make_windows, plan_fetches, sort_items, storage_entries
+from gcsckpt.dcp.load.plan import make_windows, plan_item_ranges, sort_items, storage_entries
 from gcsckpt.dcp.load.ranges import CheckpointRanges
 from gcsckpt.dcp.load.replicas import ReplicaExchange, SharedReads
 from gcsckpt.dcp.load.stats import LoadStats
@@ -319,31 +319,31 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             sums = self._block_sums(paths)
             ranges = CheckpointRanges(reader, self._location(), stats, pins.objects, sums)
             with collector_paused() if self.tune_gc else contextlib.nullcontext():
-                fetch_plan = plan_fetches(
+                item_plan = plan_item_ranges(
                     plan.items, self.metadata, planner.resolve_tensor, ranges, errors, infos
                 )
                 check_extents(
-                    fetch_plan.fetches, _known_sizes(pins, sums), ranges, errors, self._size_of
+                    item_plan.item_ranges, _known_sizes(pins, sums), ranges, errors, self._size_of
                 )
-                stats.tensor_items = fetch_plan.tensor_items
-                stats.bytes_items = fetch_plan.bytes_items
-                stats.direct_items = fetch_plan.direct_items
-                stats.direct_archive_items = fetch_plan.direct_archive_items
-                stats.archive_templates = fetch_plan.archive_templates
-                stats.objects = fetch_plan.objects
+                stats.tensor_items = item_plan.tensor_items
+                stats.bytes_items = item_plan.bytes_items
+                stats.direct_items = item_plan.direct_items
+                stats.direct_archive_items = item_plan.direct_archive_items
+                stats.archive_templates = item_plan.archive_templates
+                stats.objects = item_plan.objects
                 stats.plan_s = time.perf_counter() - start
-                windows = make_windows(fetch_plan.fetches, max(1, self.max_inflight_bytes // 2))
+                windows = make_windows(item_plan.item_ranges, max(1, self.max_inflight_bytes // 2))
                 decoder = Decoder(planner, self._transforms, errors, stats)
                 if exchange is None:
                     run_windows(windows, ranges, decoder.consume, stats)
                 else:
-                    exchange.run(fetch_plan.fetches, ranges, decoder.consume)
+                    exchange.run(item_plan.item_ranges, ranges, decoder.consume)
                 if rereads := decoder.take_rereads():  # archives unlike their group's template
                     window_bytes = max(1, self.max_inflight_bytes // 2)
                     run_windows(make_windows(rereads, window_bytes), ranges, decoder.consume, stats)
                 # Released while the collector is still off, so turning it back on does not
                 # start a collection over the load's ~2 objects per item.
-                fetch_plan = windows = decoder = rereads = infos = None
+                item_plan = windows = decoder = rereads = infos = None
         except Exception as e:
             if exchange is not None:
                 exchange.abandon(e)  # ranks waiting on this one's first collective fail too

@@ -31,7 +31,7 @@ from gcsckpt.dcp.paths import METADATA_NAME, check_relative_path, parse_checkpoi
 from gcsckpt.io import defaults
 from gcsckpt.io.errors import CRC32C_MISMATCH, RangeReadError, failure_cause
 from gcsckpt.io.objects import ObjectInfo, ObjectStore
-from gcsckpt.io.reader import RangeReader
+from gcsckpt.io.range_reader import RangeReader
 from gcsckpt.io.records import RangeRequest
 from gcsckpt.io.retry import RetryPolicy
 

@@ -48,7 +48,7 @@ from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
-from gcsckpt.dcp import checksums, engines
+from gcsckpt.dcp import checksums, client_cache
 from gcsckpt.dcp.metadata_codec import dump_metadata
 from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
 from gcsckpt.dcp.save.background import lower_thread_priority
@@ -207,7 +207,7 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
         """Starts a new save (new save_id), optionally to another checkpoint id (ValueError if
         bad)."""
         self.save_id = str(uuid.uuid4())
-        # Clients are taken again (from `engines`, by the endpoint resolved now) for each save.
+        # Clients are taken again (from `client_cache`, by the endpoint resolved now) for each save.
         self._store = self._uploader = None
         if checkpoint_id is not None:
             self._set_location(checkpoint_id)
@@ -328,10 +328,10 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
 
     def __getstate__(self) -> dict:
         # Pickled into torch's checkpoint process for every PROCESS-mode save: the clients stay
-        # behind (that process takes its own from `gcsckpt.dcp.engines`).
+        # behind (that process takes its own from `gcsckpt.dcp.client_cache`).
         return {**self.__dict__, "_store": None, "_uploader": None, "_unpickled": True}
 
-    def _engine_key(self, *extra) -> tuple | None:
+    def _client_key(self, *extra) -> tuple | None:
         # The endpoint as resolved now ($STORAGE_EMULATOR_HOST may have changed since another
         # writer built its clients), never the None the caller may have passed.
         options = (
@@ -340,13 +340,13 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
             self.max_inflight_uploads,
             self._retry,
         )
-        return engines.config_key(self.token_provider, *options, self._stall_timeout_s, *extra)
+        return client_cache.config_key(self.token_provider, *options, self._stall_timeout_s, *extra)
 
     def _object_store(self) -> ObjectStore:
         if self._store is None:
-            self._store = engines.shared(
+            self._store = client_cache.shared(
                 "store",
-                self._engine_key("store", self.thread_count),
+                self._client_key("store", self.thread_count),
                 lambda: ObjectStore(
                     resolve_endpoint(self.endpoint),
                     token_provider=self.token_provider,
@@ -358,10 +358,10 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
 
     def _data_uploader(self) -> Uploader:
         if self._uploader is None:
-            self._uploader = engines.shared(
+            self._uploader = client_cache.shared(
                 # Keyed by background_nice too: the C++ thread keeps its creator's nice value.
                 "uploader",
-                self._engine_key("uploader", self.background_nice),
+                self._client_key("uploader", self.background_nice),
                 self._new_uploader,
             )
         return self._uploader

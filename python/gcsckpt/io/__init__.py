@@ -1,10 +1,12 @@
 """Every byte to or from GCS: the C++ range reader (`_gcsio`) and the object client beside it.
 
-``RangeReader`` reads many byte ranges of many GCS objects into caller-owned memory with many
-ranged GETs in flight (libcurl, keep-alive, GIL released), retrying transient failures and
-checking every answer; ``Uploader`` (``gcsckpt.io.uploader``) writes objects from caller memory
-the same way, many resumable uploads in flight, each checked by CRC-32C. See ``RangeReader``
-for the behaviour and docs/measurements.md, "Tuning constants", for how the defaults were measured.
+``RangeReader`` (``gcsckpt.io.range_reader``, over ``_gcsio.RangeReader``) reads many byte
+ranges of many GCS objects into caller-owned memory with many ranged GETs in flight (libcurl,
+keep-alive, GIL released), retrying transient failures and checking every answer;
+``Uploader`` (``gcsckpt.io.uploader``, over ``_gcsio.Uploader``) writes objects from caller
+memory the same way, many resumable uploads in flight, each checked by CRC-32C. See
+``RangeReader`` for the behaviour and docs/measurements.md, "Tuning constants", for how the
+defaults were measured.
 ``ObjectStore`` (``gcsckpt.io.objects``, on google-cloud-storage) does the rest: whole small
 objects (``.metadata``), create-if-absent uploads, stat, list and delete. All retry under one
 ``RetryPolicy``.
@@ -22,7 +24,7 @@ from gcsckpt.io.errors import (
     UploadPreconditionError,
 )
 from gcsckpt.io.objects import ObjectInfo, ObjectStore, ObjectStoreError, StoredObject
-from gcsckpt.io.reader import BlockSums, RangeReader, ReadHandle
+from gcsckpt.io.range_reader import BlockSums, RangeReader, ReadHandle
 from gcsckpt.io.records import RangeRequest
 from gcsckpt.io.retry import RetryPolicy
 from gcsckpt.io.uploader import Uploader, UploadHandle, UploadResult, crc32c

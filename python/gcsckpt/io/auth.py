@@ -124,12 +124,12 @@ def credential_source(endpoint: str, token_provider, send_token: bool | None = N
     return f"token_provider passed by the caller ({name})"
 
 
-def engine_token_source(
+def native_token_source(
     endpoint: str, token_provider, send_token: bool | None, scope: str = READ_ONLY_SCOPE
 ) -> tuple:
-    """What the C++ engines (range reader, uploader) take as credentials: ``(source,
-    description)``. ``source`` is None (send no token) or a callable returning a token or a
-    ``(token, expires_at_epoch_s)`` tuple; ``description`` names the credential source and the
+    """What the native clients (`_gcsio.RangeReader`, `_gcsio.Uploader`) take as credentials:
+    ``(source, description)``. ``source`` is None (send no token) or a callable returning a token or
+    a ``(token, expires_at_epoch_s)`` tuple; ``description`` names the credential source and the
     endpoint in 401/403 errors (`credential_source`), never the token.
 
     Args:

@@ -1,6 +1,6 @@
 """Default tuning of RangeReader and Uploader, timeouts, retry and token refresh, for Python.
 
-The values live in one table shared with the C++ engine, ``cc/gcsio/defaults.h``, which the
+The values live in one table shared with the C++ side, ``cc/gcsio/defaults.h``, which the
 extension exports as ``_gcsio.DEFAULTS``; this module only names them (RangeReader, Uploader,
 RetryPolicy, the token provider), so the two languages cannot disagree. Each name carries a
 one-line reason; the measurements behind the tuning values (``//bench:range_read -- --tune``,

@@ -47,6 +47,6 @@ def quote_object(name: str) -> str:
 
 def media_path(bucket: str, name: str) -> str:
     """The JSON API media download path of gs://bucket/name,
-    ``/download/storage/v1/b/{bucket}/o/{name}?alt=media`` (the path the C++ engine's url.cc
+    ``/download/storage/v1/b/{bucket}/o/{name}?alt=media`` (the path the C++ side's url.cc
     builds too)."""
     return f"/download/storage/v1/b/{quote_object(bucket)}/o/{quote_object(name)}?alt=media"

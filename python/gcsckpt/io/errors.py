@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from gcsckpt.io.redact import redact_value
 
-# The failure cause the engine reports when an object was replaced while it was being read.
+# The failure cause the C++ RangeReader reports when an object was replaced while it was being read.
 GENERATION_CHANGED = "generation_changed"
 # ... and when a block's bytes did not match their CRC-32C, also after one re-fetch (the same
 # cause an upload reports when the server's CRC-32C differs from the bytes sent).
@@ -58,8 +58,8 @@ class RangeReadError(IOError):
             ``length`` (bytes), ``status`` (HTTP status int, or None when no answer arrived),
             ``error`` (str: the last cause and how far the GET got, e.g. "(16,095,232 of
             16,777,216 bytes of GET bytes=0-16777215 received, up to offset 16,095,232)";
-            never contains credentials) and ``attempts`` (int). Failures from the engine also
-            carry ``index`` (into the submitted requests), ``cause`` (e.g.
+            never contains credentials) and ``attempts`` (int). Failures from the C++ RangeReader
+            also carry ``index`` (into the submitted requests), ``cause`` (e.g.
             ``connection_reset``, ``beyond_end``, ``generation_changed``), ``bytes_received``
             and ``offset_reached`` (bytes, of the failed GET over all its attempts), and
             ``pinned_generation`` / ``seen_generation`` (0 when unknown).

@@ -3,43 +3,37 @@
 ``ObjectStore`` reads whole small objects (``.metadata``, with their generation), stats, lists
 and deletes them, and uploads small ones under a precondition (create-if-absent,
 ``ifGenerationMatch=0``, or replace-at-generation), telling a retry whose earlier attempt
-landed from another writer's object. Ranged reads go through the C++ engine
+landed from another writer's object. Ranged reads go through the C++ RangeReader
 (``gcsckpt.io.RangeReader``), data objects through ``gcsckpt.io.Uploader``; the rest through
 google-cloud-storage (anonymous against an emulator, ``gcsckpt.io.auth`` tokens against GCS),
-on a keep-alive connection pool shared by threads. Every request runs under the one
-``RetryPolicy`` (``gcsckpt.io.retry.api_core_retry``) with ``(connect_timeout_s,
-stall_timeout_s)`` per attempt. Its upload speed against the client it replaced:
-docs/measurements.md, "The control-plane client".
+on a keep-alive connection pool shared by threads (built by ``gcsckpt.io.storage_client``).
+Every request runs under the one ``RetryPolicy`` (``gcsckpt.io.retry.api_core_retry``) with
+``(connect_timeout_s, stall_timeout_s)`` per attempt. Its upload speed against the client it
+replaced: docs/measurements.md, "The control-plane client".
 """
 
 from __future__ import annotations
 
 import io
-import os
 import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
 from gcsckpt.io import defaults
-from gcsckpt.io.auth import (
-    READ_WRITE_SCOPE,
-    GoogleAuthTokenProvider,
-    credential_source,
-    sends_token,
-    token_provider_credentials,
-)
+from gcsckpt.io.auth import credential_source
 from gcsckpt.io.endpoint import resolve_endpoint
 from gcsckpt.io.retry import RetryPolicy, api_core_retry
-from gcsckpt.io.store_errors import ObjectStoreError, gcs_error_shape, store_error
+from gcsckpt.io.storage_client import BUCKET_METADATA_LOOKUP_ENV, make_storage_client
+from gcsckpt.io.store_errors import ObjectStoreError, store_error
 
-# No project is needed for object calls; google-cloud-storage's anonymous client uses the same.
-_NO_PROJECT = "<none>"
-
-
-# google-cloud-storage's public switch (its maintainers' answer, googleapis/google-cloud-python
-# #17650) for the bucket-metadata lookup it makes in a background thread on a client's first use
-# of each bucket, only to label OpenTelemetry spans, with tracing on or off.
-BUCKET_METADATA_LOOKUP_ENV = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
+__all__ = [
+    "BUCKET_METADATA_LOOKUP_ENV",
+    "ObjectInfo",
+    "ObjectStore",
+    "ObjectStoreError",
+    "StoredObject",
+    "store_options",
+]
 
 
 class ObjectInfo(NamedTuple):
@@ -160,34 +154,11 @@ class ObjectStore:
             return self._client
 
     def _make_client(self):
-        from google.auth.credentials import AnonymousCredentials
-        from google.auth.transport.requests import AuthorizedSession
-        from google.cloud import storage
-        from requests.adapters import HTTPAdapter
-
-        os.environ.setdefault(BUCKET_METADATA_LOOKUP_ENV, "true")
-        if not sends_token(self.endpoint, self._token_provider):
-            credentials = AnonymousCredentials()
-            # Anonymous credentials cannot refresh: a 401 is reported as it came.
-            session = AuthorizedSession(credentials, refresh_status_codes=())
-        else:
-            provider = self._token_provider or GoogleAuthTokenProvider(scope=READ_WRITE_SCOPE)
-            if self._token_provider is None:
-                self.credential_description = credential_source(self.endpoint, provider)
-            credentials = token_provider_credentials(provider)
-            session = AuthorizedSession(credentials)
-        self._session = session
-        session.hooks["response"].append(gcs_error_shape)  # error bodies of any shape
-        # Retries belong to the RetryPolicy, not to urllib3; one pool per scheme.
-        adapter = HTTPAdapter(pool_connections=2, pool_maxsize=self._pool_size, max_retries=0)
-        session.mount("http://", adapter)
-        session.mount("https://", adapter)
-        client = storage.Client(
-            project=_NO_PROJECT,
-            credentials=credentials,
-            _http=session,
-            client_options={"api_endpoint": self.endpoint},
+        client, self._session, description = make_storage_client(
+            self.endpoint, self._token_provider, self._pool_size
         )
+        if description is not None:
+            self.credential_description = description
         return client
 
     def _blob(self, bucket: str, name: str, generation: int | None = None):

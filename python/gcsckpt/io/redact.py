@@ -1,7 +1,7 @@
 """Removes credentials from text that came from a server (error bodies quoted in messages).
 
 A server, or a proxy in front of it, may echo request headers into an error body; an error that
-quotes that body must not carry the token on into logs, tracebacks or pickles. The C++ engine
+quotes that body must not carry the token on into logs, tracebacks or pickles. The C++ side
 already redacts the token it sent; this is the Python side's one net for every error type
 (RangeReadError, ObjectStoreError and the ObjectStore's other errors, CheckpointReadError).
 """
@@ -20,7 +20,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     access token (``ya29.``) replaced by ``<redacted>``; ``Bearer abc`` becomes
     ``Bearer <redacted>`` and the text after a token is kept.
 
-    The rule is the C++ engine's (``RedactCredentials``, cc/gcsio/response_check.cc), called
+    The rule is the C++ side's (``RedactCredentials``, cc/gcsio/outcome.cc), called
     through ``_gcsio``, so both sides redact alike.
     """
     for secret in secrets:

@@ -16,7 +16,7 @@ class RetryPolicy:
     """How failed requests are retried.
 
     Retried: the HTTP statuses of ``RETRYABLE_STATUSES`` (408, 429, 500, 502, 503, 504: the
-    C++ engine's list); connection refused or reset; timeouts; short bodies; wrong
+    C++ side's list); connection refused or reset; timeouts; short bodies; wrong
     ``Content-Range``; a request that receives no byte for ``stall_timeout_s``.
     Other 4xx answers fail at once. A retry asks only for the bytes not yet received.
 
@@ -44,7 +44,7 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if int(self.max_attempts) != self.max_attempts:
             raise ValueError(f"RetryPolicy.max_attempts must be an int, got {self.max_attempts}")
-        # The ranges are the C++ engine's rule (RetryPolicy::Validate), applied once for both.
+        # The ranges are the C++ side's rule (RetryPolicy::Validate), applied once for both.
         _gcsio.validate_retry_policy(
             int(self.max_attempts),
             float(self.initial_backoff_s),
@@ -53,7 +53,7 @@ class RetryPolicy:
         )
 
 
-# Statuses retried by every request of the package: the C++ engine's own list
+# Statuses retried by every request of the package: the C++ side's own list
 # (IsRetryableStatus in cc/gcsio/retry_policy.cc); other 4xx answers fail at once.
 RETRYABLE_STATUSES = frozenset(_gcsio.retryable_http_statuses())
 
@@ -99,7 +99,7 @@ def api_core_retry(policy: RetryPolicy):
     returned object counts attempts per call of the function it wraps and stops after
     ``max_attempts``; the exception that ends a call carries the count in
     ``getattr(exc, ATTEMPTS_ATTR)``. Media uploads wrap each request (each resumable chunk)
-    separately, so the limit applies per request, as in the C++ engine.
+    separately, so the limit applies per request, as in the C++ RangeReader and Uploader.
     """
     from google.api_core import retry as api_retry
 

@@ -10,9 +10,9 @@ what it kept and sends only the rest; an expired session (404/410) starts over; 
 ``gs://bucket/object``, the bytes committed and the attempts, never a token (docs/design.md,
 "Where a request is retried").
 
-Why our own engine rather than google-cloud-storage for ``.distcp`` data: many uploads in flight
-with no Python thread per upload and no copy of the payload; ``dcp.save`` through it took less
-than half the time of the previous path (docs/measurements.md, "Save").
+Why our own C++ uploader rather than google-cloud-storage for ``.distcp`` data: many uploads in
+flight with no Python thread per upload and no copy of the payload; ``dcp.save`` through it took
+less than half the time of the previous path (docs/measurements.md, "Save").
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from gcsckpt.io import defaults
 from gcsckpt.io.auth import READ_WRITE_SCOPE
 from gcsckpt.io.buffers import as_writable_buffer
 from gcsckpt.io.endpoint import resolve_endpoint
-from gcsckpt.io.engine_setup import EngineFront, check_engine_options, start_engine
 from gcsckpt.io.errors import make_upload_error
 from gcsckpt.io.extension import _gcsio
+from gcsckpt.io.native_client import NativeClientFront, check_client_options, start_native_client
 from gcsckpt.io.retry import RetryPolicy
 
 
@@ -122,7 +122,7 @@ def check_chunk_bytes(chunk_bytes: int) -> None:
         raise ValueError(f"{refused}, got {chunk_bytes!r}") from None
 
 
-class Uploader(EngineFront):
+class Uploader(NativeClientFront):
     """Uploads caller buffers to GCS objects, many resumable uploads in flight (see the module
     docstring for the protocol, checks and retries).
 
@@ -159,7 +159,7 @@ class Uploader(EngineFront):
         send_token: bool | None = None,
     ):
         self.endpoint = resolve_endpoint(endpoint)
-        check_engine_options(
+        check_client_options(
             retry,
             {
                 "max_inflight_requests": max_inflight_requests,
@@ -175,7 +175,7 @@ class Uploader(EngineFront):
             "connect_timeout_s": float(connect_timeout_s),
             "stall_timeout_s": float(stall_timeout_s),
         }
-        self._uploader, self.credential_description = start_engine(
+        self._uploader, self.credential_description = start_native_client(
             _gcsio.Uploader,
             self.endpoint,
             retry,

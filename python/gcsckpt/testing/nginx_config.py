@@ -193,7 +193,7 @@ http {{
   client_max_body_size 0;
   recursive_error_pages on;
   # A name with a segment over 255 bytes (or one starting with the mark) is stored under a
-  # hashed file name (server_store.py) nginx cannot derive: its media reads go to the server.
+  # hashed file name (server_objects.py) nginx cannot derive: its media reads go to the server.
   map $gcs_object $gcs_long_name {{
     "~(^|/)([^/]{{256}}|{re.escape(LONG_SEGMENT_MARK)})" 1; default "";
   }}
@@ -210,7 +210,7 @@ http {{
     "" ""; "~^[0-9]{{1,19}}$" $arg_ifgenerationmatch; default "bad";
   }}
   # The ETag nginx makes from the file it serves is "<mtime hex>-<size hex>"; the mtime's hex
-  # digits are the generation's decimal digits (see server_store.py).
+  # digits are the generation's decimal digits (see server_objects.py).
   map $sent_http_etag $gcs_generation {{ "~^.(?<gcs_gen>[0-9]+)-" $gcs_gen; default ""; }}
   upstream gcs_server {{ server 127.0.0.1:{s.server_port}; keepalive 16; }}
   server {{

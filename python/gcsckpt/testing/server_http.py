@@ -1,4 +1,5 @@
-"""Request bodies as files and plain answers, for the handlers of server_main.py.
+"""Request bodies as files (a multipart/related body split into its parts) and plain answers,
+for the handlers of server_main.py.
 
 An upload body is always a file on the data disk, so committing it is a rename and hashing it
 one read (server_store.py). Behind nginx the body is the file nginx already wrote (its path
@@ -18,11 +19,12 @@ import time
 JSON_API_ROOTS = ("storage", "upload", "download", "batch", "b", "wipe")
 UPLOADS_DIR = ".uploads"  # under the data dir: upload bodies, resumable sessions, XML parts
 # The file name of a stored object's name segment over 255 bytes starts with this (then the
-# segment's SHA-256): server_store.py stores it, nginx_config.py passes its reads to the server.
+# segment's SHA-256): server_objects.py names it, nginx_config.py passes its reads to the server.
 LONG_SEGMENT_MARK = ".~gcsckpt-long~"
 BODY_FILE_HEADER = "X-Gcsckpt-Body-File"  # set by nginx: the file holding the request body
 ELAPSED_HEADER = "X-Gcsckpt-Elapsed"  # set by nginx: seconds since the request's first byte
 _COPY_CHUNK_BYTES = 1 << 20
+_HEAD_BYTES = 1 << 20  # a multipart upload's metadata part lies within its first MiB
 JSON_TYPE = "application/json; charset=UTF-8"
 
 
@@ -162,3 +164,46 @@ def send(handler, status: int, body: bytes = b"", headers: dict[str, str] | None
     handler.end_headers()
     if body and handler.command != "HEAD":
         handler.wfile.write(body)
+
+
+def split_multipart(path: str, boundary: str) -> tuple[dict, str, int, int]:
+    """(metadata, content type, content offset, content length) of a multipart/related body
+    of two parts (JSON metadata, then the content), read from its head and tail only.
+
+    Line breaks are CRLF (RFC 2046; google-cloud-storage) or bare LF (gcsfs), as the first
+    delimiter line has them; the content is exactly what lies between its part headers and the
+    closing delimiter's line break.
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(min(size, _HEAD_BYTES))
+        f.seek(max(0, size - 4096))
+        tail_at = f.tell()
+        tail = f.read()
+    delim = b"--" + boundary.encode()
+    first = head.find(delim)
+    if first < 0:
+        raise APIError(400, "invalid", f"multipart body without the boundary {boundary!r}")
+    eol = b"\r\n" if head[first + len(delim) : first + len(delim) + 2] == b"\r\n" else b"\n"
+    headers_end = head.find(eol + eol, first)
+    second = head.find(eol + delim + eol, headers_end)
+    content_headers_end = head.find(eol + eol, second + len(eol))
+    if min(headers_end, second, content_headers_end) < 0:
+        raise APIError(400, "invalid", "multipart body without its two parts")
+    try:
+        metadata = json.loads(head[headers_end + 2 * len(eol) : second] or b"{}")
+    except ValueError as err:
+        raise APIError(400, "parseError", f"multipart metadata is not JSON: {err}") from err
+    content_type = "application/octet-stream"
+    for line in head[second + 2 * len(eol) + len(delim) : content_headers_end].split(eol):
+        key, _, value = line.decode("latin-1").partition(":")
+        if key.strip().lower() == "content-type":
+            content_type = value.strip()
+    start = content_headers_end + 2 * len(eol)
+    end_at = tail.rfind(eol + delim + b"--")
+    if end_at < 0:
+        raise APIError(400, "invalid", "multipart body without its closing delimiter")
+    end = tail_at + end_at
+    if end < start:
+        raise APIError(400, "invalid", "multipart content part ends before it starts")
+    return metadata, metadata.get("contentType") or content_type, start, end - start

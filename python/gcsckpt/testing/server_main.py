@@ -35,16 +35,17 @@ from gcsckpt.testing.server_http import (
     read_small_body,
     send,
 )
-from gcsckpt.testing.server_store import (
+from gcsckpt.testing.server_objects import (
     Conflict,
     NotFound,
     PreconditionFailed,
-    Store,
+    as_api_error,
     object_resource,
     selects_md5,
 )
+from gcsckpt.testing.server_store import Store
 from gcsckpt.testing.server_sums import concatenate, file_checksums
-from gcsckpt.testing.server_uploads import JSONUploads, as_api_error
+from gcsckpt.testing.server_uploads import JSONUploads
 from gcsckpt.testing.server_xml import XMLUploads
 
 EXIT_BIND_FAILED = 3

@@ -11,27 +11,33 @@ a bucket with soft delete moves that link to `<data>/.soft_deleted/...` (no byte
 One lock guards the tables; uploads hash and write outside it and take it only to commit.
 The tables are written to `<data>/.cloudstorage/.meta` by a flusher (at most every
 META_FLUSH_S, and at close), not after every change: a rewrite per change grew with everything
-the data dir ever held (docs/measurements.md).
+the data dir ever held (docs/measurements.md). The store's errors, generation stamps, object
+resources and on-disk names are in server_objects.py, its pending MD5s in server_md5.py.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
-import hashlib
 import json
-import logging
 import os
 import queue
-import re
 import shutil
 import tempfile
 import threading
 import time
-import urllib.parse
 
-from gcsckpt.testing.server_http import LONG_SEGMENT_MARK, UPLOADS_DIR
-from gcsckpt.testing.server_sums import LazyMD5, file_checksums, lower_this_threads_priority
+from gcsckpt.testing.server_http import UPLOADS_DIR
+from gcsckpt.testing.server_md5 import LazyMD5Tables
+from gcsckpt.testing.server_objects import (
+    BucketNotFound,
+    Conflict,
+    NotFound,
+    PreconditionFailed,
+    generation_etag,
+    generation_mtime,
+    now_rfc3339,
+    relative_path,
+)
+from gcsckpt.testing.server_sums import LazyMD5
 
 OBJECTS_DIR = ".cloudstorage"
 GENERATIONS_DIR = ".generations"
@@ -42,131 +48,7 @@ DEFAULT_SOFT_DELETE_S = 7 * 24 * 3600  # GCS's default for new buckets
 META_FLUSH_S = 0.5  # longest delay between a change and `.meta` holding it, seconds
 
 
-class PreconditionFailed(Exception):
-    """An ifGenerationMatch does not hold; answered as HTTP 412."""
-
-
-class NotFound(Exception):
-    """The bucket or object does not exist; answered as HTTP 404."""
-
-
-class BucketNotFound(NotFound):
-    """The bucket does not exist; answered as HTTP 404."""
-
-
-class Conflict(Exception):
-    """The bucket exists already, or is not empty; answered as HTTP 409."""
-
-
-def now_rfc3339(after_s: float = 0.0) -> str:
-    """Now (plus `after_s` seconds) as GCS writes times: RFC 3339, UTC, microseconds."""
-    when = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=after_s)
-    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def generation_mtime(generation: int) -> int:
-    """The file mtime (s) whose hex digits spell `generation`'s decimal digits."""
-    return int(str(generation), 16)
-
-
-def generation_etag(generation: int | str, size: int) -> str:
-    """The etag (unquoted) of an object whose MD5 its upload did not compute: nginx's own ETag
-    of the generation's file (`<mtime hex>-<size hex>`), so JSON, XML and media answers agree."""
-    return f"{generation}-{size:x}"
-
-
-def selects_md5(query: dict) -> bool:
-    """Whether an answer to a request with `query` (parse_qs) is to carry md5Hash: GCS's
-    `fields` (partial response) selector, when given, names it, `*`, or whole listing `items`.
-    gcsckpt's ObjectStore lists with `items(name,size,generation)`: no MD5 is computed then."""
-    fields = ",".join(query.get("fields") or [])
-    if not fields:
-        return True
-    return (
-        "md5Hash" in fields or "*" in fields or re.search(r"\bitems\b(?!\s*\()", fields) is not None
-    )
-
-
-def object_resource(
-    host: str, bucket: str, name: str, content_type: str, metadata: dict | None, sums
-) -> dict:
-    """The object resource (GCS JSON API fields) of a new version of gs://bucket/name before
-    commit_file numbers it: `host` (the request's Host) for its links, `metadata` the client's
-    fields (contentType, custom `metadata`, ...; None: none), `sums` its Checksums (md5Hash,
-    and md5Hash as the etag, only when the upload computed it)."""
-    now = now_rfc3339()
-    quoted = urllib.parse.quote(name, safe="")
-    obj = {
-        "kind": "storage#object",
-        "name": name,
-        "bucket": bucket,
-        "selfLink": f"http://{host}/storage/v1/b/{bucket}/o/{quoted}",
-        "mediaLink": f"http://{host}/download/storage/v1/b/{bucket}/o/{quoted}",
-        "metageneration": "1",
-        "contentType": content_type,
-        "storageClass": "STANDARD",
-        "size": str(sums.size),
-        "crc32c": sums.crc32c,
-        "timeCreated": now,
-        "updated": now,
-        "timeStorageClassUpdated": now,
-    }
-    fields = (
-        "contentEncoding",
-        "contentDisposition",
-        "contentLanguage",
-        "cacheControl",
-        "metadata",
-    )
-    obj.update({key: value for key, value in (metadata or {}).items() if key in fields and value})
-    if sums.md5 is not None:
-        obj.update(md5Hash=sums.md5, etag=sums.md5)
-    return obj
-
-
-# GCS object names: 1-1,024 bytes of UTF-8, no CR or LF (gcsckpt.io.names holds the same rule;
-# the server never imports gcsckpt.io, whose package loads the C++ extension).
-OBJECT_NAME_MAX_BYTES = 1024
-# A file name holds at most 255 bytes (ext4, xfs, tmpfs): a longer name segment is stored as
-# LONG_SEGMENT_MARK + its SHA-256 (hex), and so is a segment that starts with the mark, so two
-# names never share a file. nginx cannot open such a name's path (ENAMETOOLONG), so media reads
-# of names with a segment over 255 bytes are proxied here (nginx_config.py).
-SEGMENT_MAX_BYTES = 255
-
-
-def check_object_name(name: str) -> None:
-    """Raises ValueError (answered 400, as GCS does) for a name GCS refuses."""
-    size = len(name.encode("utf-8", "surrogatepass"))
-    if not 1 <= size <= OBJECT_NAME_MAX_BYTES:
-        raise ValueError(
-            f"object name of {size} bytes: GCS names are 1-{OBJECT_NAME_MAX_BYTES} bytes of UTF-8"
-        )
-    if "\r" in name or "\n" in name:
-        raise ValueError("object names must not contain a carriage return or line feed")
-
-
-def _disk_segment(segment: str) -> str:
-    if len(segment.encode()) <= SEGMENT_MAX_BYTES and not segment.startswith(LONG_SEGMENT_MARK):
-        return segment
-    return LONG_SEGMENT_MARK + hashlib.sha256(segment.encode()).hexdigest()
-
-
-def relative_path(name: str) -> str:
-    """The path of object `name` below its bucket folder: empty and "." segments dropped (as
-    the kernel resolves the `a//b` nginx is asked for); a segment over 255 bytes (or starting
-    with LONG_SEGMENT_MARK) becomes the mark and its SHA-256.
-
-    Raises:
-      ValueError: a name GCS refuses, a ".." segment, or nothing left.
-    """
-    check_object_name(name)
-    parts = [p for p in name.split("/") if p and p != "."]
-    if not parts or ".." in parts:
-        raise ValueError(f"object name {name!r} cannot be stored on disk")
-    return "/".join(_disk_segment(p) for p in parts)
-
-
-class Store:
+class Store(LazyMD5Tables):
     """Buckets and objects of one data dir (absolute path); `lock` guards every table.
 
     Tables (JSON API resources as dicts): `buckets[b]`, `objects[b][name]`,
@@ -298,71 +180,6 @@ class Store:
     def generation_file(self, bucket: str, name: str, generation: str | int) -> str:
         """The hard link of one live generation of gs://bucket/name (absent when it is not)."""
         return self._link_path(self._gen_root, bucket, name, generation)
-
-    def _md5_later(self, bucket: str, name: str, generation: int) -> None:
-        pending = LazyMD5(bucket, name, generation, self._links[(bucket, name)])
-        self._md5_pending[(bucket, name)] = pending
-        self._md5_queue.put(pending)
-
-    def fill_md5(self, obj: dict | None, wanted: bool = True) -> dict | None:
-        """Gives the live object resource `obj` its md5Hash if it is pending (computing the
-        rest now) when `wanted` (selects_md5 of the request); returns `obj`. Under the lock."""
-        if obj is None or obj.get("md5Hash") or not wanted:
-            return obj
-        key = (obj.get("bucket"), obj.get("name"))
-        pending = self._md5_pending.get(key)
-        if pending is not None and str(pending.generation) == str(obj.get("generation")):
-            obj["md5Hash"] = base64.b64encode(pending.finish()).decode("ascii")
-            del self._md5_pending[key]
-            self.changed()
-        return obj
-
-    def _fill_soft_deleted_md5(self, obj: dict, wanted: bool) -> dict:
-        """A copy deleted while its MD5 was pending gets it from its kept link when asked."""
-        if obj.get("md5Hash") or not wanted:
-            return obj
-        path = self._link_path(self._soft_root, obj["bucket"], obj["name"], obj["generation"])
-        if os.path.isfile(path):
-            obj["md5Hash"] = file_checksums(path, md5=True).md5
-        return obj
-
-    def _md5_worker(self) -> None:
-        """Computes pending MD5s at idle priority, one generation at a time, for ever."""
-        lower_this_threads_priority()
-        while True:
-            self.compute_md5(self._md5_queue.get())
-
-    def compute_md5(self, pending: LazyMD5) -> None:
-        """The worker's job for one generation: hashes it step by step (the lock not held),
-        then stores its md5Hash if that generation is still live and pending."""
-        try:
-            fd = os.open(pending.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return  # replaced or deleted before its turn
-        try:
-            while pending.step(fd):
-                pass
-        except OSError as err:
-            logging.warning("MD5 of %s left to its readers: %s", pending.path, err)
-        finally:
-            os.close(fd)
-        digest = pending.digest()
-        if digest is None:
-            return  # stopped: gone, or an answer finished it
-        with self.lock:
-            key = (pending.bucket, pending.name)
-            if self._md5_pending.get(key) is not pending:
-                return
-            obj = self.objects.get(pending.bucket, {}).get(pending.name)
-            if obj is not None and str(obj.get("generation")) == str(pending.generation):
-                obj["md5Hash"] = base64.b64encode(digest).decode("ascii")
-                self.changed()
-            del self._md5_pending[key]
-
-    def pending_md5(self, bucket: str, name: str) -> LazyMD5 | None:
-        """The live generation of gs://bucket/name's MD5 while it is pending, else None."""
-        with self.lock:
-            return self._md5_pending.get((bucket, name))
 
     def create_bucket(self, name: str, fields: dict | None = None) -> dict:
         """Creates bucket `name` with the resource `fields` given (softDeletePolicy, ...).

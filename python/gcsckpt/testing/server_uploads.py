@@ -35,19 +35,18 @@ from gcsckpt.testing.server_http import (
     read_small_body,
     request_started,
     send,
+    split_multipart,
 )
-from gcsckpt.testing.server_store import (
+from gcsckpt.testing.server_objects import (
     BucketNotFound,
-    Conflict,
-    NotFound,
     PreconditionFailed,
+    as_api_error,
     check_object_name,
     object_resource,
 )
 from gcsckpt.testing.server_sums import HASHING_SLOTS, Checksums, copy_range, file_checksums
 
 _RANGE = re.compile(r"bytes (?:(\d+)-(\d+)|\*)/(\d+|\*)")
-_HEAD_BYTES = 1 << 20  # a multipart upload's metadata part lies within its first MiB
 
 
 @dataclasses.dataclass
@@ -177,7 +176,7 @@ class JSONUploads:
         path = body_file(handler, self._storage)
         content = self._storage.new_temp_path()
         try:
-            metadata, content_type, start, length = _split_multipart(path, match.group(1))
+            metadata, content_type, start, length = split_multipart(path, match.group(1))
             name = self._name(query, metadata)
             copy_range(path, content, 0, length, src_offset=start)
             obj, size = self._commit(handler, bucket, name, content, content_type, metadata, query)
@@ -348,61 +347,5 @@ class JSONUploads:
         return obj
 
 
-def as_api_error(err: Exception) -> APIError:
-    """The JSON API answer to an error of the store, of a request body or an APIError."""
-    if isinstance(err, APIError):
-        return err
-    status, reason = {
-        PreconditionFailed: (412, "conditionNotMet"),
-        BucketNotFound: (404, "notFound"),
-        NotFound: (404, "notFound"),
-        Conflict: (409, "conflict"),
-    }.get(type(err), (400, "invalid"))
-    return APIError(status, reason, str(err))
-
-
 def _total(text: str) -> int | None:
     return None if text == "*" else int(text)
-
-
-def _split_multipart(path: str, boundary: str) -> tuple[dict, str, int, int]:
-    """(metadata, content type, content offset, content length) of a multipart/related body
-    of two parts (JSON metadata, then the content), read from its head and tail only.
-
-    Line breaks are CRLF (RFC 2046; google-cloud-storage) or bare LF (gcsfs), as the first
-    delimiter line has them; the content is exactly what lies between its part headers and the
-    closing delimiter's line break.
-    """
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(min(size, _HEAD_BYTES))
-        f.seek(max(0, size - 4096))
-        tail_at = f.tell()
-        tail = f.read()
-    delim = b"--" + boundary.encode()
-    first = head.find(delim)
-    if first < 0:
-        raise APIError(400, "invalid", f"multipart body without the boundary {boundary!r}")
-    eol = b"\r\n" if head[first + len(delim) : first + len(delim) + 2] == b"\r\n" else b"\n"
-    headers_end = head.find(eol + eol, first)
-    second = head.find(eol + delim + eol, headers_end)
-    content_headers_end = head.find(eol + eol, second + len(eol))
-    if min(headers_end, second, content_headers_end) < 0:
-        raise APIError(400, "invalid", "multipart body without its two parts")
-    try:
-        metadata = json.loads(head[headers_end + 2 * len(eol) : second] or b"{}")
-    except ValueError as err:
-        raise APIError(400, "parseError", f"multipart metadata is not JSON: {err}") from err
-    content_type = "application/octet-stream"
-    for line in head[second + 2 * len(eol) + len(delim) : content_headers_end].split(eol):
-        key, _, value = line.decode("latin-1").partition(":")
-        if key.strip().lower() == "content-type":
-            content_type = value.strip()
-    start = content_headers_end + 2 * len(eol)
-    end_at = tail.rfind(eol + delim + b"--")
-    if end_at < 0:
-        raise APIError(400, "invalid", "multipart body without its closing delimiter")
-    end = tail_at + end_at
-    if end < start:
-        raise APIError(400, "invalid", "multipart content part ends before it starts")
-    return metadata, metadata.get("contentType") or content_type, start, end - start

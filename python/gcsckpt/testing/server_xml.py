@@ -34,7 +34,7 @@ from gcsckpt.testing.server_http import (
     request_started,
     send,
 )
-from gcsckpt.testing.server_store import BucketNotFound, PreconditionFailed, object_resource
+from gcsckpt.testing.server_objects import BucketNotFound, PreconditionFailed, object_resource
 from gcsckpt.testing.server_sums import Checksums, concatenate, file_checksums
 
 S3_NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"

@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from gcsckpt.dcp.load.fetch import Fetch
+from gcsckpt.dcp.load.item_ranges import ItemRange
 from gcsckpt.dcp.torch_save_view import plain_storage, varying_spans
 
 # (dtype, chunk sizes, archive length in bytes): archives that share one template.
@@ -82,9 +82,10 @@ def matches(template: ArchiveTemplate, scratch: np.ndarray | torch.Tensor) -> bo
     return (scratch & template.mask).tobytes() == template.expected
 
 
-def buffered(fetch: Fetch) -> Fetch:
-    """`fetch` (a direct TORCH_SAVE Fetch) as the buffered Fetch of its whole archive."""
-    return fetch._replace(dtype=None, shape=(), target=None, archive=None, skip=0)
+def buffered(item_range: ItemRange) -> ItemRange:
+    """`item_range` (a direct TORCH_SAVE ItemRange) as the buffered ItemRange of its whole
+    archive."""
+    return item_range._replace(dtype=None, shape=(), target=None, archive=None, skip=0)
 
 
 def _template(full: np.ndarray, key: GroupKey) -> ArchiveTemplate | None:

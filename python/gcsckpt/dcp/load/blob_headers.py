@@ -18,7 +18,7 @@ import torch
 from torch.distributed.checkpoint._hf_utils import CUSTOM_METADATA_KEY
 from torch.distributed.checkpoint.metadata import Metadata, MetadataIndex, TensorStorageMetadata
 
-from gcsckpt.dcp.load.errors import LoadErrors
+from gcsckpt.dcp.load.load_errors import LoadErrors
 from gcsckpt.dcp.load.ranges import CheckpointRanges
 from gcsckpt.dcp.safetensors_blob import BlobHeader, header_length, parse_header
 

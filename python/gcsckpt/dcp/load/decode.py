@@ -1,13 +1,13 @@
 """Decoding fetched bytes and handing them to the LoadPlanner.
 
-In: one Fetch and its bytes (a 1-D uint8 numpy array or CPU tensor, or None when a direct
-fetch already put them in `fetch.target`; for a direct TORCH_SAVE fetch, its archive's head and
-tail, checked against the group's template before commit, else kept in `rereads`). Out: for
-BYTES, `planner.load_bytes(item, BytesIO)`; for tensors, the stored region copied into
-`planner.resolve_tensor(item)` (unless already there) and `planner.commit_tensor` called.
-Stream transforms (torch DCP `_extensions`, e.g. ZStandard) are undone first through torch's
+In: one ItemRange and its bytes (a 1-D uint8 numpy array or CPU tensor, or None when a direct
+item range already put them in `item_range.target`; for a direct TORCH_SAVE item range, its
+archive's head and tail, checked against the group's template before commit, else kept in
+`rereads`). Out: for BYTES, `planner.load_bytes(item, BytesIO)`; for tensors, the stored region
+copied into `planner.resolve_tensor(item)` (unless already there) and `planner.commit_tensor`
+called. Stream transforms (torch DCP `_extensions`, e.g. ZStandard) are undone first through torch's
 `_StorageReaderTransforms`. TORCH_SAVE archives decode through `gcsckpt.dcp.torch_save_view`
-(in place, no `torch.load` for plain tensors); RAW bytes are viewed as the fetch's dtype/shape.
+(in place, no `torch.load` for plain tensors); RAW bytes are viewed as the item range's dtype/shape.
 Any failure becomes a CheckpointReadError naming the object, byte range and FQN.
 """
 
@@ -22,15 +22,15 @@ from torch.distributed.checkpoint.filesystem import _StorageReaderTransforms
 from torch.distributed.checkpoint.planner import LoadPlanner, ReadItem
 
 from gcsckpt.dcp.load.archives import buffered, matches
-from gcsckpt.dcp.load.errors import CheckpointReadError, LoadErrors
-from gcsckpt.dcp.load.fetch import Fetch, FetchKind
+from gcsckpt.dcp.load.item_ranges import ItemRange, ItemRangeKind
+from gcsckpt.dcp.load.load_errors import CheckpointReadError, LoadErrors
 from gcsckpt.dcp.load.regions import narrow_block
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.dcp.torch_save_view import tensor_from_torch_save
 
 
 class Decoder:
-    """Turns (Fetch, bytes) into planner calls; `consume` is the pipeline's callback.
+    """Turns (ItemRange, bytes) into planner calls; `consume` is the pipeline's callback.
 
     Args:
         planner: the load's LoadPlanner (resolve_tensor, commit_tensor, load_bytes).
@@ -49,56 +49,56 @@ class Decoder:
         self.transforms = transforms
         self.errors = errors
         self.stats = stats
-        self.rereads: list[Fetch] = []  # direct TORCH_SAVE fetches whose archive differed
+        self.rereads: list[ItemRange] = []  # direct TORCH_SAVE item ranges whose archive differed
 
-    def take_rereads(self) -> list[Fetch]:
-        """The buffered TORCH_SAVE Fetches of direct items whose archive head or tail did not
+    def take_rereads(self) -> list[ItemRange]:
+        """The buffered TORCH_SAVE ItemRanges of direct items whose archive head or tail did not
         match their group's template; clears the list. No commit_tensor was called for them, but
         their destination already holds bytes from the assumed offsets until the reread (or,
         if the load then fails, for good: as with any failed load, the state is not usable)."""
         rereads, self.rereads = self.rereads, []
         return rereads
 
-    def consume(self, fetch: Fetch, data: np.ndarray | torch.Tensor | None) -> None:
+    def consume(self, item_range: ItemRange, data: np.ndarray | torch.Tensor | None) -> None:
         """Decodes one fetched item and hands it to the planner.
 
         Raises:
             CheckpointReadError: the bytes do not decode, or the region's shape differs from
                 the target's (naming object, byte range and FQN).
         """
-        stats, planner, item = self.stats, self.planner, fetch.item
+        stats, planner, item = self.stats, self.planner, item_range.item
         began = time.perf_counter()
         try:
-            if fetch.target is not None:
-                if fetch.archive is not None and not matches(fetch.archive, data):
-                    self.rereads.append(buffered(fetch))  # not committed: read it again
+            if item_range.target is not None:
+                if item_range.archive is not None and not matches(item_range.archive, data):
+                    self.rereads.append(buffered(item_range))  # not committed: read it again
                     stats.direct_items -= 1
                     stats.direct_archive_items -= 1
                     stats.archive_rereads += 1
                     stats.deserialize_s += time.perf_counter() - began
                     return
-                planner.commit_tensor(item, fetch.target)
+                planner.commit_tensor(item, item_range.target)
                 stats.copy_s += time.perf_counter() - began
                 return
-            if fetch.descriptors:
-                data = self._untransform(fetch, data)
-            kind = fetch.kind
-            if kind is FetchKind.BYTES:
+            if item_range.descriptors:
+                data = self._untransform(item_range, data)
+            kind = item_range.kind
+            if kind is ItemRangeKind.BYTES:
                 planner.load_bytes(item, io.BytesIO(_as_bytes(data)))
                 stats.deserialize_s += time.perf_counter() - began
                 return
             if isinstance(data, np.ndarray):
                 data = torch.from_numpy(data)
             # The stored region the item asks for (a view of `data` where possible).
-            if kind is FetchKind.TORCH_SAVE:
+            if kind is ItemRangeKind.TORCH_SAVE:
                 tensor = tensor_from_torch_save(data)
                 tensor = narrow_block(tensor, item.storage_offsets, item.lengths)
-            elif fetch.length:
-                tensor = data.view(fetch.dtype).view(fetch.shape)
-                if fetch.narrow is not None:
-                    tensor = narrow_block(tensor, *fetch.narrow)
+            elif item_range.length:
+                tensor = data.view(item_range.dtype).view(item_range.shape)
+                if item_range.narrow is not None:
+                    tensor = narrow_block(tensor, *item_range.narrow)
             else:
-                tensor = torch.empty(fetch.shape, dtype=fetch.dtype)
+                tensor = torch.empty(item_range.shape, dtype=item_range.dtype)
             decoded = time.perf_counter()
             stats.deserialize_s += decoded - began
             commit_stored(planner, item, tensor)
@@ -107,11 +107,11 @@ class Decoder:
             raise
         except Exception as e:
             cause = f"FQN {item.storage_index.fqn!r}: {e}"
-            raise self.errors.at(*fetch.where(), cause) from e
+            raise self.errors.at(*item_range.where(), cause) from e
 
-    def _untransform(self, fetch: Fetch, data: torch.Tensor) -> torch.Tensor:
+    def _untransform(self, item_range: ItemRange, data: torch.Tensor) -> torch.Tensor:
         stream = self.transforms.transform_load_stream(
-            fetch.item, fetch.descriptors, io.BytesIO(_as_bytes(data))
+            item_range.item, item_range.descriptors, io.BytesIO(_as_bytes(data))
         )
         return torch.frombuffer(bytearray(stream.read()), dtype=torch.uint8)
 

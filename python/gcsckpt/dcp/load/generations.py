@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
-from gcsckpt.dcp.load.errors import CheckpointReadError, LoadErrors
+from gcsckpt.dcp.load.load_errors import CheckpointReadError, LoadErrors
 from gcsckpt.io.objects import ObjectInfo
 
 

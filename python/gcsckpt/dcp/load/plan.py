@@ -1,11 +1,12 @@
-"""Fetch planning: a rank's ReadItems -> frozen Fetches -> memory Windows.
+"""ItemRange planning: a rank's ReadItems -> frozen ItemRanges -> memory Windows.
 
 In: the rank's ReadItems, the checkpoint's Metadata (storage_data: storage index -> object,
 offset, length, stream transforms; state_dict_metadata: chunks and dtypes), the planner's
 `resolve_tensor`, and, for SAFETENSORS checkpoints, `ranges` and `errors` for the header pre-read.
-Out: a FetchPlan (one Fetch per ReadItem, in (object, offset) order, plus counts), then Windows.
+Out: an ItemRangePlan (one ItemRange per ReadItem, in (object, offset) order, plus counts), then
+Windows.
 
-Each ReadItem becomes one Fetch: BYTE_IO items fetch their bytes (BYTES); tensor items of a
+Each ReadItem becomes one ItemRange: BYTE_IO items fetch their bytes (BYTES); tensor items of a
 TORCH_SAVE checkpoint fetch their whole `torch.save` archive (TORCH_SAVE), and those whose
 region is one contiguous run of the chunk with a target that takes the bytes as they are (a
 contiguous CPU tensor of the same dtype and shape: "direct") read only the archive's head and
@@ -29,19 +30,19 @@ from torch.distributed.checkpoint.planner import LoadItemType, ReadItem
 
 from gcsckpt.dcp.load.archives import make_templates
 from gcsckpt.dcp.load.blob_headers import read_blob_headers, tensor_start
-from gcsckpt.dcp.load.errors import LoadErrors
-from gcsckpt.dcp.load.fetch import ALIGN, Fetch, FetchKind, Window
+from gcsckpt.dcp.load.item_ranges import ALIGN, ItemRange, ItemRangeKind, Window
+from gcsckpt.dcp.load.load_errors import LoadErrors
 from gcsckpt.dcp.load.ranges import CheckpointRanges
 from gcsckpt.dcp.load.regions import chunk_of, contiguous_region, is_raw_tensor_item
 
 
-class FetchPlan(NamedTuple):
-    """One rank's fetches and what they cover (counts of ReadItems)."""
+class ItemRangePlan(NamedTuple):
+    """One rank's item ranges and what they cover (counts of ReadItems)."""
 
-    fetches: list[Fetch]  # (object, offset) order
+    item_ranges: list[ItemRange]  # (object, offset) order
     tensor_items: int
     bytes_items: int
-    direct_items: int  # tensor fetches that land straight in the target tensor
+    direct_items: int  # tensor item ranges that land straight in the target tensor
     direct_archive_items: int  # TORCH_SAVE ones among them
     archive_templates: int  # groups (dtype, chunk shape, length) with a stand-in template
     objects: int  # distinct objects read
@@ -62,7 +63,7 @@ def sort_items(items: Sequence[ReadItem], storage_data: dict, errors: LoadErrors
 
 def storage_entries(items: Sequence[ReadItem], storage_data: dict, errors: LoadErrors) -> list:
     """The storage entry (`_StorageInfo`) of each item, in order: one lookup per item, which
-    `plan_fetches` and the reader's object set share (hashing a MetadataIndex is the cost).
+    `plan_item_ranges` and the reader's object set share (hashing a MetadataIndex is the cost).
     Raises ValueError (`errors.missing_entry`) for an item with no storage entry."""
     get = storage_data.get
     infos = [get(item.storage_index) for item in items]
@@ -72,15 +73,15 @@ def storage_entries(items: Sequence[ReadItem], storage_data: dict, errors: LoadE
     return infos
 
 
-def plan_fetches(
+def plan_item_ranges(
     items: Sequence[ReadItem],
     metadata: Metadata,
     resolve_tensor: Callable[[ReadItem], torch.Tensor],
     ranges: CheckpointRanges,
     errors: LoadErrors,
     infos: Sequence | None = None,
-) -> FetchPlan:
-    """One Fetch per item (see module doc); RAW items need their blob's header first (one
+) -> ItemRangePlan:
+    """One ItemRange per item (see module doc); RAW items need their blob's header first (one
     extra round trip for all blobs of the load); direct TORCH_SAVE items need none.
 
     Args:
@@ -95,18 +96,18 @@ def plan_fetches(
     """
     if infos is None:
         infos = storage_entries(items, metadata.storage_data, errors)
-    fetches: list[Fetch] = []
+    item_ranges: list[ItemRange] = []
     raw_pending: list = []  # (item, path, blob offset, length, chunk sizes, dtype)
-    archive_pending: list = []  # (TORCH_SAVE Fetch, group key, target, skip)
+    archive_pending: list = []  # (TORCH_SAVE ItemRange, group key, target, skip)
     tensor_items = bytes_items = templates = 0
-    byte_io, bytes_kind = LoadItemType.BYTE_IO, FetchKind.BYTES
+    byte_io, bytes_kind = LoadItemType.BYTE_IO, ItemRangeKind.BYTES
     for item, info in zip(items, infos, strict=True):
         path, offset, length = info.relative_path, info.offset, info.length
         descriptors = getattr(info, "transform_descriptors", None)
         descriptors = tuple(descriptors) if descriptors else ()
         if item.type is byte_io:
             bytes_items += 1
-            fetches.append(Fetch(path, offset, length, item, bytes_kind, descriptors))
+            item_ranges.append(ItemRange(path, offset, length, item, bytes_kind, descriptors))
             continue
         tensor_items += 1
         try:
@@ -114,18 +115,20 @@ def plan_fetches(
         except ValueError as e:
             raise errors.at(path, offset, length, str(e)) from None
         if descriptors or not is_raw_tensor_item(length, chunk.sizes, dtype):
-            fetch = Fetch(path, offset, length, item, FetchKind.TORCH_SAVE, descriptors)
+            item_range = ItemRange(
+                path, offset, length, item, ItemRangeKind.TORCH_SAVE, descriptors
+            )
             if not descriptors and (
-                direct := _archive_direct(fetch, chunk.sizes, dtype, resolve_tensor)
+                direct := _archive_direct(item_range, chunk.sizes, dtype, resolve_tensor)
             ):
                 archive_pending.append(direct)
             else:
-                fetches.append(fetch)
+                item_ranges.append(item_range)
             continue
         raw_pending.append((item, path, offset, length, chunk.sizes, dtype))
     if archive_pending:
-        direct, templates = _archive_fetches(archive_pending)
-        fetches.extend(direct)
+        direct, templates = _archive_ranges(archive_pending)
+        item_ranges.extend(direct)
     if raw_pending:
         blobs = {(path, offset) for _, path, offset, *_ in raw_pending}
         layouts = read_blob_headers(blobs, metadata, ranges, errors)
@@ -134,61 +137,61 @@ def plan_fetches(
             start = tensor_start(
                 layouts[(path, offset)], where, item.storage_index, sizes, dtype, errors
             )
-            fetches.append(_raw_fetch(item, path, start, sizes, dtype, resolve_tensor))
-    fetches.sort(key=_OBJECT_ORDER)  # (path, offset): near-linear when items come sorted
-    return FetchPlan(
-        fetches,
+            item_ranges.append(_raw_range(item, path, start, sizes, dtype, resolve_tensor))
+    item_ranges.sort(key=_OBJECT_ORDER)  # (path, offset): near-linear when items come sorted
+    return ItemRangePlan(
+        item_ranges,
         tensor_items=tensor_items,
         bytes_items=bytes_items,
-        direct_items=sum(1 for f in fetches if f.target is not None),
-        direct_archive_items=sum(1 for f in fetches if f.archive is not None),
+        direct_items=sum(1 for f in item_ranges if f.target is not None),
+        direct_archive_items=sum(1 for f in item_ranges if f.archive is not None),
         archive_templates=templates,
-        objects=len({f.path for f in fetches}),
+        objects=len({f.path for f in item_ranges}),
     )
 
 
-def make_windows(fetches: Sequence[Fetch], window_bytes: int) -> list[Window]:
-    """Cuts fetches (in order) into windows of at most window_bytes (a single larger fetch gets
-    a window of its own), counting each fetch's slot (`Fetch.slot_bytes`) and, for a direct
-    TORCH_SAVE fetch, the archive bytes it reads too, so its window stays one bounded submit;
-    direct RAW and empty fetches use no slot (slot -1) and ride along.
+def make_windows(item_ranges: Sequence[ItemRange], window_bytes: int) -> list[Window]:
+    """Cuts item ranges (in order) into windows of at most window_bytes (a single larger item range
+    gets a window of its own), counting each item range's slot (`ItemRange.slot_bytes`) and, for a
+    direct TORCH_SAVE item range, the archive bytes it reads too, so its window stays one bounded
+    submit; direct RAW and empty item ranges use no slot (slot -1) and ride along.
 
     Slots start at multiples of ALIGN (tensors are viewed in place), except that a slot never
-    viewed as a tensor (`Fetch.unaligned`: a BYTE_IO archive, a direct TORCH_SAVE item's head
-    and tail) whose fetch follows the previous slotted one in the same object, itself such a
-    fetch, is packed right after that one's slot: the previous fetch's last bytes and this
+    viewed as a tensor (`ItemRange.unaligned`: a BYTE_IO archive, a direct TORCH_SAVE item's head
+    and tail) whose item range follows the previous slotted one in the same object, itself such a
+    item range, is packed right after that one's slot: the previous item range's last bytes and this
     one's first are then one contiguous range of the object and of the buffer (`pipeline` reads
     them as one range)."""
     windows: list[Window] = []
-    current: list[Fetch] = []
+    current: list[ItemRange] = []
     slots: list[int] = []
     used = counted = 0
-    last: Fetch | None = None  # the window's last fetch with a slot
-    for fetch in fetches:
-        size = fetch.slot_bytes
+    last: ItemRange | None = None  # the window's last item range with a slot
+    for item_range in item_ranges:
+        size = item_range.slot_bytes
         if size == 0:  # needs no buffer
-            current.append(fetch)
+            current.append(item_range)
             slots.append(-1)
             continue
         packed = (
             last is not None
-            and fetch.unaligned
+            and item_range.unaligned
             and last.unaligned
-            and last.path == fetch.path
-            and last.offset + last.length == fetch.offset
+            and last.path == item_range.path
+            and last.offset + last.length == item_range.offset
         )
         start = used if packed else _aligned(used)
-        extra = fetch.length if fetch.archive is not None else 0
+        extra = item_range.length if item_range.archive is not None else 0
         count = _aligned(start + size) - _aligned(used) + extra
         if counted and counted + count > window_bytes:
             windows.append(Window(tuple(current), tuple(slots), _aligned(used)))
             current, slots, used, counted, last = [], [], 0, 0, None
             start, count = 0, _aligned(size) + extra
-        current.append(fetch)
+        current.append(item_range)
         slots.append(start)
         used = start + size
         counted += count
-        last = fetch
+        last = item_range
     if current:
         windows.append(Window(tuple(current), tuple(slots), _aligned(used)))
     return windows
@@ -199,30 +202,30 @@ def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def _raw_fetch(
+def _raw_range(
     item: ReadItem,
     path: str,
     blob_start: int,
     chunk_sizes: Sequence[int],
     dtype: torch.dtype,
     resolve_tensor: Callable[[ReadItem], torch.Tensor],
-) -> Fetch:
-    """The RAW Fetch of `item`'s region of a chunk whose bytes start at `blob_start`: only the
+) -> ItemRange:
+    """The RAW ItemRange of `item`'s region of a chunk whose bytes start at `blob_start`: only the
     region's bytes when they are one run (direct into the target when it fits), else the whole
     chunk with the region left to narrow after decoding."""
     offsets, lengths = list(item.storage_offsets), list(item.lengths)
     region = contiguous_region(chunk_sizes, offsets, lengths)
-    raw = FetchKind.RAW
+    raw = ItemRangeKind.RAW
     if region is None:
         length = math.prod(chunk_sizes) * dtype.itemsize
-        return Fetch(
+        return ItemRange(
             path, blob_start, length, item, raw, (), dtype, tuple(chunk_sizes), (offsets, lengths)
         )
     first, count = region
     offset, length = blob_start + first * dtype.itemsize, count * dtype.itemsize
     shape = tuple(lengths)
     target = _direct_target(resolve_tensor, item, dtype, shape) if count else None
-    return Fetch(path, offset, length, item, raw, (), dtype, shape, None, target)
+    return ItemRange(path, offset, length, item, raw, (), dtype, shape, None, target)
 
 
 def _direct_target(
@@ -246,14 +249,14 @@ def _direct_target(
 
 
 def _archive_direct(
-    fetch: Fetch,
+    item_range: ItemRange,
     chunk_sizes: Sequence[int],
     dtype: torch.dtype,
     resolve_tensor: Callable[[ReadItem], torch.Tensor],
 ) -> tuple | None:
-    """(fetch, group key, target, skip bytes) when the item's region is one non-empty run of
+    """(item range, group key, target, skip bytes) when the item's region is one non-empty run of
     its chunk and its target takes the bytes as they are; else None."""
-    item = fetch.item
+    item = item_range.item
     lengths = list(item.lengths)
     region = contiguous_region(chunk_sizes, list(item.storage_offsets), lengths)
     if region is None or region[1] == 0:
@@ -261,28 +264,28 @@ def _archive_direct(
     target = _direct_target(resolve_tensor, item, dtype, tuple(lengths))
     if target is None:
         return None
-    key = (dtype, tuple(chunk_sizes), fetch.length)
-    return fetch, key, target, region[0] * dtype.itemsize
+    key = (dtype, tuple(chunk_sizes), item_range.length)
+    return item_range, key, target, region[0] * dtype.itemsize
 
 
-def _archive_fetches(pending: list) -> tuple[list[Fetch], int]:
-    """The Fetches of `_archive_direct` candidates, direct with their group's template or
+def _archive_ranges(pending: list) -> tuple[list[ItemRange], int]:
+    """The ItemRanges of `_archive_direct` candidates, direct with their group's template or
     buffered TORCH_SAVE where the group has none, and the number of templates made."""
     templates = make_templates({key for _, key, _, _ in pending})
     out = []
-    for fetch, key, target, skip in pending:
+    for item_range, key, target, skip in pending:
         template = templates.get(key)
         if template is None:
-            out.append(fetch)
+            out.append(item_range)
         else:
             shape = tuple(target.shape)
             out.append(
-                fetch._replace(
+                item_range._replace(
                     dtype=key[0], shape=shape, target=target, archive=template, skip=skip
                 )
             )
     return out, len(templates)
 
 
-# A Fetch's (path, offset): its first two fields.
+# An ItemRange's (path, offset): its first two fields.
 _OBJECT_ORDER = operator.itemgetter(0, 1)

@@ -10,7 +10,7 @@ of each object once one read of it is done) and carrying its block checksums whe
 checkpoint has them (the range reader then checks every block before the range completes);
 `LoadStats.ranges` counts them, `bytes_verified` / `bytes_unverified` their bytes. Failures
 surface as `gcsckpt.io.RangeReadError` (`ChecksumMismatchError` for a block that does not
-match); `errors.LoadErrors` maps them.
+match); `load_errors.LoadErrors` maps them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Who fetches which range when several ranks read it: the same answer on every rank.
 
-In: every rank's fetch keys (object index, offset, length, occurrence), all-gathered by
-`replicas.ReplicaExchange`. Out: an Assignment for one rank: its fetches no other rank reads,
-its fetch of each range id, and the rounds of Parcels (owner, receivers, ranges, slots).
+In: every rank's item range keys (object index, offset, length, occurrence), all-gathered by
+`replicas.ReplicaExchange`. Out: an Assignment for one rank: its item ranges no other rank reads,
+its item range of each range id, and the rounds of Parcels (owner, receivers, ranges, slots).
 Why here: pure computation (numpy over all ranks' keys, no process group), so it is the same on
 every rank by construction and testable without ranks.
 """
@@ -14,13 +14,13 @@ from typing import NamedTuple
 
 import numpy as np
 
-from gcsckpt.dcp.load.fetch import ALIGN, Fetch
+from gcsckpt.dcp.load.item_ranges import ALIGN, ItemRange
 from gcsckpt.io.defaults import CHUNK_BYTES
 
 
 class Parcel(NamedTuple):
     """Ranges one owner sends to one set of receivers in one round: their range ids (see
-    `assign`) in the owner's fetch order, 64-byte aligned slots in the parcel buffer (-1 for
+    `assign`) in the owner's item range order, 64-byte aligned slots in the parcel buffer (-1 for
     an empty range) and the buffer's size (bytes)."""
 
     owner: int
@@ -31,8 +31,8 @@ class Parcel(NamedTuple):
 
 
 class Assignment(NamedTuple):
-    """One rank's view of the job's assignment: indexes of its fetches no other rank needs, its
-    fetch index of every range id (-1: not its), and the rounds (each a list of Parcels, at
+    """One rank's view of the job's assignment: indexes of its item ranges no other rank needs, its
+    item range index of every range id (-1: not its), and the rounds (each a list of Parcels, at
     most one per owner) every rank runs in step."""
 
     unshared: np.ndarray
@@ -41,8 +41,8 @@ class Assignment(NamedTuple):
 
 
 def assign(table: Sequence[np.ndarray], rank: int, budget: int) -> Assignment:
-    """The same assignment on every rank from all ranks' fetch keys ([n, 4] int64: object
-    index, offset, length, occurrence), one array per rank in its fetch order.
+    """The same assignment on every rank from all ranks' range keys ([n, 4] int64: object
+    index, offset, length, occurrence), one array per rank in its item range order.
 
     Distinct ranges are walked in (object, offset) order; a range held by several ranks goes to
     the owner of the range before it while that owner holds it and its run is under
@@ -61,7 +61,7 @@ def assign(table: Sequence[np.ndarray], rank: int, budget: int) -> Assignment:
     first = np.ones(len(keys), dtype=bool)
     first[1:] = np.any(keys[1:] != keys[:-1], axis=1)
     starts = np.flatnonzero(first)
-    uid = np.cumsum(first) - 1  # range id of each (rank, fetch)
+    uid = np.cumsum(first) - 1  # range id of each (rank, item range)
     holders = np.diff(np.append(starts, len(keys)))
     lengths = keys[starts, 2]
     words = -(-world // 62)  # holder sets as bitmasks of 62 ranks a word
@@ -121,7 +121,7 @@ def _members(mask: np.ndarray) -> list[int]:
 
 
 def _rounds(owner, masks, lengths, uid, ranks, positions, world, budget) -> list[list[Parcel]]:
-    """Each owner's ranges (in its fetch order) grouped by receivers and cut into parcels;
+    """Each owner's ranges (in its item range order) grouped by receivers and cut into parcels;
     round j holds the j-th parcel of every owner."""
     senders: list[set[int]] = [set() for _ in range(world)]
     groups: dict[int, dict[tuple, np.ndarray]] = {}
@@ -170,13 +170,13 @@ def _cut(owner: int, receivers: tuple, ids, lengths, limit: int) -> list[Parcel]
     return parcels
 
 
-def fetch_keys(fetches: Sequence[Fetch], path_index: dict[str, int]) -> np.ndarray:
-    """[n, 4] int64 per fetch: object index (`path_index`), offset, length, and how many
-    earlier fetches of this rank had the same range, so equal ranges of two ranks match."""
+def range_keys(item_ranges: Sequence[ItemRange], path_index: dict[str, int]) -> np.ndarray:
+    """[n, 4] int64 per item range: object index (`path_index`), offset, length, and how many
+    earlier item ranges of this rank had the same range, so equal ranges of two ranks match."""
     seen: dict[tuple, int] = {}
     rows = []
-    for fetch in fetches:
-        where = fetch.where()
+    for item_range in item_ranges:
+        where = item_range.where()
         k = seen.get(where, 0)
         seen[where] = k + 1
         rows.append((path_index[where[0]], where[1], where[2], k))

@@ -1,17 +1,17 @@
 """Each byte read once per job: a range several ranks need is fetched by one and sent to the rest.
 
-In: each rank's Fetches (from `plan.plan_fetches`), the load's process group and buffer budget.
-Out: every Fetch of every rank handed to its `consume` once, as `pipeline.run_windows` does, with
-each distinct range fetched from storage by one rank only (its owner).
+In: each rank's ItemRanges (from `plan.plan_item_ranges`), the load's process group and buffer
+budget. Out: every ItemRange of every rank handed to its `consume` once, as `pipeline.run_windows`
+does, with each distinct range fetched from storage by one rank only (its owner).
 Why: under HSDP (dp_replicate > 1) every replica's LoadPlan names the same ReadItems, so each
 range was fetched once per replica (storage bytes = replicas x checkpoint bytes).
-How: the ranks all-gather the key of each fetch (object, offset, length, occurrence); each
+How: the ranks all-gather the key of each item range (object, offset, length, occurrence); each
 computes the same assignment from them (`replica_plan.assign`): every range held by more than one
 rank gets one owner. Owners fetch and decode as before; each round every owner sends one parcel
-(ranges with one set of receivers) by isend/irecv, and receivers decode it with their own Fetches.
-Before each exchange the ranks all-gather their status, so a rank's failure fails every rank's
-load (CheckpointReadError naming that rank and its objects) and no rank waits on bytes that will
-not come; nothing is committed from bytes that did not arrive.
+(ranges with one set of receivers) by isend/irecv, and receivers decode it with their own
+ItemRanges. Before each exchange the ranks all-gather their status, so a rank's failure fails every
+rank's load (CheckpointReadError naming that rank and its objects) and no rank waits on bytes that
+will not come; nothing is committed from bytes that did not arrive.
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from gcsckpt.dcp.load.errors import CheckpointReadError, LoadErrors
-from gcsckpt.dcp.load.fetch import ALIGN, Fetch
+from gcsckpt.dcp.load.item_ranges import ALIGN, ItemRange
+from gcsckpt.dcp.load.load_errors import CheckpointReadError, LoadErrors
 from gcsckpt.dcp.load.pipeline import run_windows
 from gcsckpt.dcp.load.plan import make_windows
 from gcsckpt.dcp.load.ranges import CheckpointRanges
-from gcsckpt.dcp.load.replica_plan import Parcel, assign, fetch_keys
+from gcsckpt.dcp.load.replica_plan import Parcel, assign, range_keys
 from gcsckpt.dcp.load.stats import LoadStats
 from gcsckpt.io.errors import RangeReadError
 
-Consume = Callable[[Fetch, "torch.Tensor | None"], None]
+Consume = Callable[[ItemRange, "torch.Tensor | None"], None]
 
 
 class SharedReads(NamedTuple):
@@ -51,7 +51,7 @@ class ReplicaExchange:
         group: the process group of the load (None: the default group); gloo sends CPU tensors,
             NCCL CUDA tensors of the current device.
         paths: the checkpoint's data objects (relative paths; the same on every rank).
-        budget_bytes: buffer memory (bytes): two fetch windows of a quarter each, and one
+        budget_bytes: buffer memory (bytes): two windows of a quarter each, and one
             round's parcels (the one sent, those received) in the other half.
         errors: this rank's LoadErrors. stats: the load's LoadStats (peer_bytes_in/out and
             exchange_s grow).
@@ -87,25 +87,27 @@ class ReplicaExchange:
             except CheckpointReadError:
                 pass  # the caller raises `error` itself
 
-    def run(self, fetches: Sequence[Fetch], ranges: CheckpointRanges, consume: Consume) -> None:
-        """Fetches this rank's share of the ranges and exchanges the rest (see module doc).
+    def run(
+        self, item_ranges: Sequence[ItemRange], ranges: CheckpointRanges, consume: Consume
+    ) -> None:
+        """Reads this rank's share of the ranges and exchanges the rest (see module doc).
 
         Raises:
-            CheckpointReadError: this rank's fetch or decode failed, or another rank's did (then
+            CheckpointReadError: this rank's read or decode failed, or another rank's did (then
                 naming that rank and the objects it failed on). RangeReadError is converted.
         """
         self.started = True
         try:
-            keys = fetch_keys(fetches, self.path_index)
+            keys = range_keys(item_ranges, self.path_index)
         except Exception as e:
             self._gather_counts(-1, e)  # the peers fail too; raises this rank's error
             raise
         counts = self._gather_counts(len(keys), None)
         plan = assign(self._gather_keys(keys, counts), self.rank, self.budget)
-        # range id -> this rank's Fetch of it, buffered so its bytes can be sent (None: a range
-        # only other ranks read); unshared fetches keep their direct targets
-        mine = [_buffered(fetches[i]) if i >= 0 else None for i in plan.position.tolist()]
-        unshared = [fetches[i] for i in plan.unshared.tolist()]
+        # range id -> this rank's ItemRange of it, buffered so its bytes can be sent (None: a range
+        # only other ranks read); unshared item ranges keep their direct targets
+        mine = [_buffered(item_ranges[i]) if i >= 0 else None for i in plan.position.tolist()]
+        unshared = [item_ranges[i] for i in plan.unshared.tolist()]
         fetched = {f.path for f in unshared}
         for parcels in plan.rounds:
             for parcel in parcels:
@@ -114,7 +116,7 @@ class ReplicaExchange:
         self.stats.objects = len(fetched)  # objects this rank reads from storage
         failure: BaseException | None = None
         if not plan.rounds:  # nothing shared: no collective after the key gather
-            self._fetch_own(None, unshared, mine, ranges, consume)
+            self._read_own(None, unshared, mine, ranges, consume)
             return
         for number, parcels in enumerate(plan.rounds):
             outgoing = next((p for p in parcels if p.owner == self.rank), None)
@@ -122,7 +124,7 @@ class ReplicaExchange:
             if failure is None:
                 try:  # round 0 fetches the unshared ranges too, in the same GETs
                     extra = unshared if number == 0 else []
-                    send = self._fetch_own(outgoing, extra, mine, ranges, consume)
+                    send = self._read_own(outgoing, extra, mine, ranges, consume)
                 except Exception as e:
                     failure = e
             self._check(failure)
@@ -148,7 +150,7 @@ class ReplicaExchange:
         return counts
 
     def _gather_keys(self, keys: np.ndarray, counts: list[int]) -> list[np.ndarray]:
-        """Every rank's fetch keys ([n, 4] int64), in that rank's fetch order."""
+        """Every rank's item range keys ([n, 4] int64), in that rank's item range order."""
         local = torch.zeros((max(counts), 4), dtype=torch.int64)
         local[: len(keys)] = torch.from_numpy(keys)
         local = local.to(self.device) if self.device is not None else local
@@ -207,34 +209,34 @@ class ReplicaExchange:
         return rank if self.group is None else dist.get_global_rank(self.group, rank)
 
     # -- local work -------------------------------------------------------------------------------
-    def _fetch_own(self, parcel: Parcel | None, extra: list[Fetch], mine: list, ranges, consume):
-        """Fetches and decodes an owned parcel (None: none) and the `extra` Fetches in one
+    def _read_own(self, parcel: Parcel | None, extra: list[ItemRange], mine: list, ranges, consume):
+        """Reads and decodes an owned parcel (None: none) and the `extra` ItemRanges in one
         pass (object order, so their ranges share GETs); returns the parcel's bytes laid out at
         its slots (None without a parcel)."""
         slot_of: dict[int, int] = {}
-        fetches = list(extra)
+        item_ranges = list(extra)
         if parcel is not None:
             for i, slot in zip(parcel.ids.tolist(), parcel.slots, strict=True):
                 slot_of[id(mine[i])] = slot
-                fetches.append(mine[i])
-            fetches.sort(key=Fetch.where)
+                item_ranges.append(mine[i])
+            item_ranges.sort(key=ItemRange.where)
         send = torch.empty(parcel.size if parcel else 0, dtype=torch.uint8)
         send_host = send.numpy()
 
-        def keep(fetch: Fetch, data) -> None:
-            consume(fetch, data)
-            start = slot_of.get(id(fetch), -1)
-            if start >= 0:  # a shared fetch: buffered, `data` (numpy uint8) holds its bytes
-                send_host[start : start + fetch.length] = data
+        def keep(item_range: ItemRange, data) -> None:
+            consume(item_range, data)
+            start = slot_of.get(id(item_range), -1)
+            if start >= 0:  # a shared item range: buffered, `data` (numpy uint8) holds its bytes
+                send_host[start : start + item_range.length] = data
 
-        windows = make_windows(fetches, self.window_bytes)
+        windows = make_windows(item_ranges, self.window_bytes)
         run_windows(windows, ranges, keep if slot_of else consume, self.stats)
         if parcel is None:
             return None
         return send.to(self.device) if self.device is not None else send
 
     def _consume_parcel(self, parcel: Parcel, buffer: torch.Tensor, mine: list, consume) -> None:
-        """Decodes a received parcel with this rank's own Fetches (bytes into their targets)."""
+        """Decodes a received parcel with this rank's own ItemRanges (bytes into their targets)."""
         host = buffer.numpy()  # slots as numpy views, as `pipeline.run_windows` gives them
         for i, slot in zip(parcel.ids.tolist(), parcel.slots, strict=True):
             start = max(slot, 0)  # an empty range has no slot
@@ -249,9 +251,9 @@ class ReplicaExchange:
         return CheckpointReadError(self.rank, [], summary=summary)
 
 
-def _buffered(fetch: Fetch) -> Fetch:
-    """`fetch` with its whole range read into a window slot (not straight into its target), so
+def _buffered(item_range: ItemRange) -> ItemRange:
+    """`item_range` with its whole range read into a window slot (not straight into its target), so
     the bytes can be sent as they are; the decoder then copies them into the target."""
-    if fetch.target is None:
-        return fetch
-    return fetch._replace(target=None, archive=None, skip=0)
+    if item_range.target is None:
+        return item_range
+    return item_range._replace(target=None, archive=None, skip=0)

@@ -17,6 +17,6 @@
 
 Shared with the load path, in `gcsckpt.dcp`: paths (ids, `.metadata`), checksums (the block
 checksum records: where a save puts them and a load finds them), metadata_codec. The writer's
-clients come from `gcsckpt.dcp.engines`.
+clients come from `gcsckpt.dcp.client_cache`.
 Nothing here imports `gcsckpt.dcp.writer` or `gcsckpt.dcp`, so imports stay acyclic.
 """

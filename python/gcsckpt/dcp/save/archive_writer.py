@@ -29,6 +29,10 @@ tensors; on any difference (another torch version) every archive goes through `t
 Tensors this path does not model (subclasses, Python attributes, backward hooks, quantized,
 sparse or nested tensors, dtypes without a storage type, archives of 4 GiB or more (zip64
 records), `torch.serialization.skip_data`, CRC-32 turned off) also go through `torch.save`.
+
+One job: emulating `torch.save`'s archive byte for byte (the zip records, the pickle, the
+templates, the writer and the probe that checks them are one model of one format, so they stay
+in one module over 400 lines).
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from gcsckpt.io import defaults
 from gcsckpt.io.buffers import as_writable_buffer
 from gcsckpt.io.endpoint import resolve_endpoint
-from gcsckpt.io.engine_setup import EngineFront, check_engine_options, start_engine
 from gcsckpt.io.errors import RangeReadError, make_error
 from gcsckpt.io.extension import _gcsio
+from gcsckpt.io.native_client import NativeClientFront, check_client_options, start_native_client
 from gcsckpt.io.records import RangeRequest
 from gcsckpt.io.retry import RetryPolicy
 
@@ -100,10 +100,10 @@ class ReadHandle:
         return make_error(failures, total=len(self._requests))
 
 
-class RangeReader(EngineFront):
+class RangeReader(NativeClientFront):
     """Reads byte ranges of GCS objects into caller memory with many ranged GETs in flight.
 
-    A C++ engine (libcurl multi, ``num_threads`` worker threads, HTTP/1.1 keep-alive
+    The C++ RangeReader (libcurl multi, ``num_threads`` worker threads, HTTP/1.1 keep-alive
     connections) issues ``GET {endpoint}/download/storage/v1/b/{bucket}/o/{object}?alt=media``
     with ``Range: bytes=a-b``. Ranges of one object whose gap is <= ``coalesce_gap_bytes`` are
     fetched by one GET and scattered into their destinations; fetches longer than
@@ -186,7 +186,7 @@ class RangeReader(EngineFront):
         send_token: bool | None = None,
     ):
         self.endpoint = resolve_endpoint(endpoint)
-        check_engine_options(
+        check_client_options(
             retry,
             {
                 "max_inflight_requests": max_inflight_requests,
@@ -210,8 +210,8 @@ class RangeReader(EngineFront):
             "stall_timeout_s": float(stall_timeout_s),
             "recv_buffer_bytes": int(recv_buffer_bytes),
         }
-        self._reader, self.credential_description = start_engine(
-            _gcsio.Reader, self.endpoint, retry, token_provider, send_token, self._options
+        self._reader, self.credential_description = start_native_client(
+            _gcsio.RangeReader, self.endpoint, retry, token_provider, send_token, self._options
         )
 
     def submit(self, requests: Sequence[RangeRequest]) -> ReadHandle:

@@ -1,7 +1,7 @@
 // The handle of the ranged-GET request kind (range_kind.h): performs GET attempts for fetches,
 // writes validated body bytes through a ScatterWriter and judges each finished attempt.
-#ifndef CC_GCSIO_HTTP_TRANSFER_H_
-#define CC_GCSIO_HTTP_TRANSFER_H_
+#ifndef CC_GCSIO_RANGE_TRANSFER_H_
+#define CC_GCSIO_RANGE_TRANSFER_H_
 
 #include <curl/curl.h>
 
@@ -12,7 +12,7 @@
 #include <string_view>
 
 #include "cc/gcsio/easy_transfer.h"
-#include "cc/gcsio/response_check.h"
+#include "cc/gcsio/range_response.h"
 #include "cc/gcsio/scatter_writer.h"
 #include "cc/gcsio/transfer_stats.h"
 
@@ -33,9 +33,9 @@ struct AttemptSetup {
   int64_t sent_generation = 0;  // the generation= this GET's URL carries, 0 if none
 };
 
-class HttpTransfer : public EasyTransfer {
+class RangeTransfer : public EasyTransfer {
  public:
-  HttpTransfer();  // throws std::runtime_error if libcurl cannot make a handle
+  RangeTransfer();  // throws std::runtime_error if libcurl cannot make a handle
 
   // Configures the handle for a new attempt and clears the previous attempt's state.
   void Begin(const AttemptSetup& setup);
@@ -82,4 +82,4 @@ class HttpTransfer : public EasyTransfer {
 
 }  // namespace gcsio
 
-#endif  // CC_GCSIO_HTTP_TRANSFER_H_
+#endif  // CC_GCSIO_RANGE_TRANSFER_H_

@@ -1,7 +1,7 @@
-// The range reader's engine: its options, and the TransferDriver (num_threads loops, one queue of
-// fetches shared by all submitted batches) running the ranged-GET kind (range_kind.h).
-#ifndef CC_GCSIO_ENGINE_H_
-#define CC_GCSIO_ENGINE_H_
+// The range reader (RangeReader): its options, and the TransferDriver (num_threads loops, one queue
+// of fetches shared by all submitted batches) running the ranged-GET kind (range_kind.h).
+#ifndef CC_GCSIO_RANGE_READER_H_
+#define CC_GCSIO_RANGE_READER_H_
 
 #include <cstdint>
 #include <memory>
@@ -19,7 +19,7 @@
 namespace gcsio {
 
 // Defaults come from the one table, defaults.h.
-struct EngineOptions {
+struct RangeReaderOptions {
   std::string endpoint = "https://storage.googleapis.com";
   // HTTP requests running at once (all threads).
   int max_inflight_requests = defaults::kMaxInflightRequests;
@@ -39,12 +39,12 @@ struct EngineOptions {
 };
 
 // The range reader: a TransferDriver running the ranged-GET kind (RangeKind).
-class Engine {
+class RangeReader {
  public:
-  Engine(EngineOptions options, TokenSource token_source);
-  ~Engine();  // cancels queued work, stops the loops
-  Engine(const Engine&) = delete;
-  Engine& operator=(const Engine&) = delete;
+  RangeReader(RangeReaderOptions options, TokenSource token_source);
+  ~RangeReader();  // cancels queued work, stops the loops
+  RangeReader(const RangeReader&) = delete;
+  RangeReader& operator=(const RangeReader&) = delete;
 
   // Plans and queues the requests; returns at once. Throws std::invalid_argument for bad
   // ranges, std::runtime_error after fork() (the loops stayed in the parent). Fetches a token
@@ -55,15 +55,15 @@ class Engine {
   // Stops the batch's outstanding work; on return no destination of it is written any more.
   void Cancel(const std::shared_ptr<Batch>& batch);
 
-  const EngineOptions& options() const { return options_; }
+  const RangeReaderOptions& options() const { return options_; }
   TransferStats& stats() { return driver_.stats(); }
 
  private:
-  const EngineOptions options_;
+  const RangeReaderOptions options_;
   TransferDriver driver_;
   RangeKind kind_;
 };
 
 }  // namespace gcsio
 
-#endif  // CC_GCSIO_ENGINE_H_
+#endif  // CC_GCSIO_RANGE_READER_H_

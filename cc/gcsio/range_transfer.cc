@@ -1,4 +1,4 @@
-#include "cc/gcsio/http_transfer.h"
+#include "cc/gcsio/range_transfer.h"
 
 #include <algorithm>
 #include <cctype>
@@ -20,12 +20,12 @@ int64_t ParseInt(std::string_view s) {
 
 }  // namespace
 
-HttpTransfer::HttpTransfer() {
-  SetTransferDefaults(easy_, errbuf_, &HttpTransfer::HeaderThunk, &HttpTransfer::BodyThunk, this);
+RangeTransfer::RangeTransfer() {
+  SetTransferDefaults(easy_, errbuf_, &RangeTransfer::HeaderThunk, &RangeTransfer::BodyThunk, this);
   curl_easy_setopt(easy_, CURLOPT_HTTPGET, 1L);
 }
 
-void HttpTransfer::Begin(const AttemptSetup& setup) {
+void RangeTransfer::Begin(const AttemptSetup& setup) {
   setup_ = setup;
   status_ = 0;
   content_range_.clear();
@@ -51,16 +51,16 @@ void HttpTransfer::Begin(const AttemptSetup& setup) {
   curl_easy_setopt(easy_, CURLOPT_BUFFERSIZE, setup.recv_buffer_bytes);
 }
 
-size_t HttpTransfer::HeaderThunk(char* data, size_t size, size_t count, void* self) {
-  static_cast<HttpTransfer*>(self)->OnHeader(std::string_view(data, size * count));
+size_t RangeTransfer::HeaderThunk(char* data, size_t size, size_t count, void* self) {
+  static_cast<RangeTransfer*>(self)->OnHeader(std::string_view(data, size * count));
   return size * count;
 }
 
-size_t HttpTransfer::BodyThunk(char* data, size_t size, size_t count, void* self) {
-  return static_cast<HttpTransfer*>(self)->OnBody(data, size * count);
+size_t RangeTransfer::BodyThunk(char* data, size_t size, size_t count, void* self) {
+  return static_cast<RangeTransfer*>(self)->OnBody(data, size * count);
 }
 
-void HttpTransfer::OnHeader(std::string_view line) {
+void RangeTransfer::OnHeader(std::string_view line) {
   Touch();
   if (line.substr(0, 5) == "HTTP/") {
     // A new status line: headers of any earlier answer (e.g. 100 Continue) no longer apply.
@@ -81,7 +81,7 @@ void HttpTransfer::OnHeader(std::string_view line) {
   }
 }
 
-bool HttpTransfer::AcceptHeaders() {
+bool RangeTransfer::AcceptHeaders() {
   Outcome check;
   if (status_ == 200) {
     // The whole object, from byte 0 (what GCS sends for gzip-transcoded objects): keep only
@@ -117,7 +117,7 @@ bool HttpTransfer::AcceptHeaders() {
   return true;
 }
 
-size_t HttpTransfer::OnBody(const char* data, size_t n) {
+size_t RangeTransfer::OnBody(const char* data, size_t n) {
   Touch();
   if (setup_.cancelled->load(std::memory_order_relaxed)) {
     rejected_ = true;
@@ -170,8 +170,8 @@ size_t HttpTransfer::OnBody(const char* data, size_t n) {
   return 0;
 }
 
-Outcome HttpTransfer::Finish(CURLcode code, std::string_view bucket, std::string_view object,
-                             std::string_view credential) {
+Outcome RangeTransfer::Finish(CURLcode code, std::string_view bucket, std::string_view object,
+                              std::string_view credential) {
   if (setup_.cancelled->load()) {
     Outcome o;
     o.verdict = Verdict::kCancelled;
@@ -218,13 +218,13 @@ Outcome HttpTransfer::Finish(CURLcode code, std::string_view bucket, std::string
   return ok;
 }
 
-double HttpTransfer::total_time_s() const {
+double RangeTransfer::total_time_s() const {
   curl_off_t us = 0;
   curl_easy_getinfo(easy_, CURLINFO_TOTAL_TIME_T, &us);
   return static_cast<double>(us) * 1e-6;
 }
 
-double HttpTransfer::ttfb_s() const {
+double RangeTransfer::ttfb_s() const {
   curl_off_t us = 0;
   curl_easy_getinfo(easy_, CURLINFO_STARTTRANSFER_TIME_T, &us);
   return static_cast<double>(us) * 1e-6;

@@ -1,19 +1,20 @@
-"""What the range reader (`gcsckpt.io.reader.Reader`) and the uploader
-(`gcsckpt.io.uploader.Uploader`) share when they build their C++ engine (`_gcsio.Reader`,
-`_gcsio.Uploader`): the option checks, and the engine's retry policy fields, token source and
-credential description; and the front (`EngineFront`: options, context manager, repr) of both."""
+"""The native clients: what the range reader (`gcsckpt.io.range_reader.RangeReader`) and the
+uploader (`gcsckpt.io.uploader.Uploader`) share when they build their C++ object
+(`_gcsio.RangeReader`, `_gcsio.Uploader`): the option checks, and the C++ object's retry policy
+fields, token source and credential description; and the front (`NativeClientFront`: options,
+context manager, repr) of both."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Self
 
-from gcsckpt.io.auth import READ_ONLY_SCOPE, engine_token_source
+from gcsckpt.io.auth import READ_ONLY_SCOPE, native_token_source
 from gcsckpt.io.retry import RetryPolicy
 
 
-def check_engine_options(retry: RetryPolicy, counts: Mapping[str, int]) -> None:
-    """Checks the options every engine takes.
+def check_client_options(retry: RetryPolicy, counts: Mapping[str, int]) -> None:
+    """Checks the options every native client takes.
 
     Args:
         retry: must be a RetryPolicy.
@@ -30,8 +31,8 @@ def check_engine_options(retry: RetryPolicy, counts: Mapping[str, int]) -> None:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def start_engine(
-    engine_class: Callable,
+def start_native_client(
+    client_class: Callable,
     endpoint: str,
     retry: RetryPolicy,
     token_provider: Callable[[], str] | None,
@@ -40,21 +41,21 @@ def start_engine(
     *,
     scope: str = READ_ONLY_SCOPE,
 ) -> tuple:
-    """Builds ``engine_class`` (``_gcsio.Reader`` or ``_gcsio.Uploader``) for ``endpoint`` with
+    """Builds ``client_class`` (``_gcsio.RangeReader`` or ``_gcsio.Uploader``) for ``endpoint`` with
     ``retry``'s attempts, backoffs and deadline (seconds), the credentials of
-    ``gcsckpt.io.auth.engine_token_source`` (with ``scope`` for ADC) and the tuning
+    ``gcsckpt.io.auth.native_token_source`` (with ``scope`` for ADC) and the tuning
     ``options`` (keyword arguments: bytes, seconds, counts).
 
     Returns:
-        ``(engine, credential_description)``: the description names the credential in
+        ``(client, credential_description)``: the description names the credential in
         401/403 errors, never the token.
 
     Raises:
         google.auth.exceptions.DefaultCredentialsError: a token is needed, none was given and
             no ADC is configured.
     """
-    source, credential = engine_token_source(endpoint, token_provider, send_token, scope=scope)
-    engine = engine_class(
+    source, credential = native_token_source(endpoint, token_provider, send_token, scope=scope)
+    client = client_class(
         endpoint=endpoint,
         max_attempts=retry.max_attempts,
         initial_backoff_s=retry.initial_backoff_s,
@@ -64,13 +65,13 @@ def start_engine(
         credential_description=credential,
         **options,
     )
-    return engine, credential
+    return client, credential
 
 
-class EngineFront:
+class NativeClientFront:
     """What RangeReader and Uploader show the same way. A subclass sets ``endpoint`` (str),
     ``retry`` (RetryPolicy), ``credential_description`` (str) and ``_options`` (the tuning
-    options given to the engine) and defines ``close()``."""
+    options given to the C++ object) and defines ``close()``."""
 
     endpoint: str
     retry: RetryPolicy

@@ -1,4 +1,4 @@
-#include "cc/gcsio/engine.h"
+#include "cc/gcsio/range_reader.h"
 
 #include <stdexcept>
 #include <utility>
@@ -6,7 +6,7 @@
 namespace gcsio {
 namespace {
 
-DriverOptions ReaderDriverOptions(const EngineOptions& o) {
+DriverOptions ReaderDriverOptions(const RangeReaderOptions& o) {
   o.Validate();
   return DriverOptions{
       "RangeReader",        "reader",          o.num_threads, o.max_inflight_requests,
@@ -15,7 +15,7 @@ DriverOptions ReaderDriverOptions(const EngineOptions& o) {
 
 }  // namespace
 
-void EngineOptions::Validate() const {
+void RangeReaderOptions::Validate() const {
   if (max_inflight_requests < 1) throw std::invalid_argument("max_inflight_requests must be >= 1");
   if (max_inflight_bytes < 1) throw std::invalid_argument("max_inflight_bytes must be >= 1");
   if (num_threads < 1) throw std::invalid_argument("num_threads must be >= 1");
@@ -27,17 +27,18 @@ void EngineOptions::Validate() const {
   retry.Validate();
 }
 
-Engine::Engine(EngineOptions options, TokenSource token_source)
+RangeReader::RangeReader(RangeReaderOptions options, TokenSource token_source)
     : options_(std::move(options)),
       driver_(ReaderDriverOptions(options_), std::move(token_source)),
       kind_(RangeKindOptions{options_.endpoint, options_.connect_timeout_s,
                              options_.recv_buffer_bytes, options_.credential_description},
             &driver_.stats()) {}
 
-Engine::~Engine() { driver_.Stop(); }
+RangeReader::~RangeReader() { driver_.Stop(); }
 
-std::shared_ptr<Batch> Engine::Submit(std::vector<ObjectRef> objects, std::vector<RangeSpec> ranges,
-                                      std::vector<uint8_t*> dests) {
+std::shared_ptr<Batch> RangeReader::Submit(std::vector<ObjectRef> objects,
+                                           std::vector<RangeSpec> ranges,
+                                           std::vector<uint8_t*> dests) {
   driver_.CheckProcess();
   std::vector<const BlockSums*> sums(objects.size(), nullptr);
   for (size_t i = 0; i < objects.size(); ++i) sums[i] = objects[i].sums.get();
@@ -49,7 +50,7 @@ std::shared_ptr<Batch> Engine::Submit(std::vector<ObjectRef> objects, std::vecto
   return batch;
 }
 
-void Engine::Cancel(const std::shared_ptr<Batch>& batch) {
+void RangeReader::Cancel(const std::shared_ptr<Batch>& batch) {
   batch->MarkCancelled();
   if (!driver_.Cancel(batch.get())) return;  // fork() child: no loop here will ever finish it
   batch->WaitFinished();

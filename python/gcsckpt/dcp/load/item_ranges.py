@@ -1,8 +1,8 @@
-"""The records the load path passes along: one Fetch per ReadItem, Windows of Fetches.
+"""The records the load path passes along: one ItemRange per ReadItem, Windows of ItemRanges.
 
-In: nothing (pure data). Out: `FetchKind`, `Fetch` (built once by `plan`, never changed after),
-`Window` (built by `plan.make_windows`). Fetched bytes travel separately, next to the Fetch they
-belong to (see `pipeline`), so no stage writes into these records.
+In: nothing (pure data). Out: `ItemRangeKind`, `ItemRange` (built once by `plan`, never changed
+after), `Window` (built by `plan.make_windows`). Fetched bytes travel separately, next to the
+ItemRange they belong to (see `pipeline`), so no stage writes into these records.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any, NamedTuple
 import torch
 from torch.distributed.checkpoint.planner import ReadItem
 
-# Buffered fetches start at multiples of this (bytes), so tensors viewed in place are aligned
-# (BYTES fetches excepted: `plan.make_windows` packs runs of them back to back).
+# Buffered item ranges start at multiples of this (bytes), so tensors viewed in place are aligned
+# (BYTES item ranges excepted: `plan.make_windows` packs runs of them back to back).
 ALIGN = 64
 
 
-class FetchKind(enum.Enum):
+class ItemRangeKind(enum.Enum):
     """What the fetched bytes are."""
 
     BYTES = "bytes"  # a BYTE_IO item's serialized value
@@ -27,7 +27,7 @@ class FetchKind(enum.Enum):
     RAW = "raw"  # plain tensor bytes from a safetensors blob
 
 
-class Fetch(NamedTuple):
+class ItemRange(NamedTuple):
     """One byte range of one checkpoint object and what to do with its bytes (immutable).
 
     A NamedTuple rather than a frozen dataclass: a load builds one per ReadItem (~12k per rank
@@ -37,22 +37,22 @@ class Fetch(NamedTuple):
     Attributes:
         path: object path relative to the checkpoint prefix. offset, length: the byte range in
             that object (bytes).
-        item: the ReadItem this range serves. kind: a FetchKind.
+        item: the ReadItem this range serves. kind: an ItemRangeKind.
         descriptors: stream transforms to undo before decoding (TORCH_SAVE/BYTES only), or ().
         dtype, shape: for RAW, the fetched block's dtype and shape (elements); else None/().
         narrow: for RAW, (offsets, lengths) still to cut from the fetched block, or None.
-        target: for "direct" fetches, the planner's tensor the bytes land in (contiguous
-            CPU tensor of `dtype` and `shape`); None for buffered fetches.
-        archive: for direct TORCH_SAVE fetches, the group's `archives.ArchiveTemplate` (the
+        target: for "direct" item ranges, the planner's tensor the bytes land in (contiguous
+            CPU tensor of `dtype` and `shape`); None for buffered item ranges.
+        archive: for direct TORCH_SAVE item ranges, the group's `archives.ArchiveTemplate` (the
             archive's head and tail go to a scratch slot, checked before commit); else None.
-        skip: for direct TORCH_SAVE fetches, bytes from the storage's start to the region.
+        skip: for direct TORCH_SAVE item ranges, bytes from the storage's start to the region.
     """
 
     path: str
     offset: int
     length: int
     item: ReadItem
-    kind: FetchKind
+    kind: ItemRangeKind
     descriptors: tuple = ()
     dtype: torch.dtype | None = None
     shape: tuple[int, ...] = ()
@@ -68,7 +68,7 @@ class Fetch(NamedTuple):
 
     @property
     def slot_bytes(self) -> int:
-        """Bytes of window buffer this fetch needs: its length when buffered, an archive's head
+        """Bytes of window buffer this item range needs: its length when buffered, an archive's head
         and tail when direct TORCH_SAVE, else 0."""
         if self.archive is not None:
             return self.archive.head_len + self.archive.tail_len
@@ -77,15 +77,15 @@ class Fetch(NamedTuple):
     @property
     def unaligned(self) -> bool:
         """True when the slot's bytes are never viewed as a tensor (a BYTE_IO archive, or a
-        direct TORCH_SAVE fetch's head and tail), so the slot may start anywhere."""
-        return self.kind is FetchKind.BYTES or self.archive is not None
+        direct TORCH_SAVE item range's head and tail), so the slot may start anywhere."""
+        return self.kind is ItemRangeKind.BYTES or self.archive is not None
 
     def pieces(self, slot: int) -> list[tuple[int, int, Any]]:
-        """This fetch's byte ranges as (offset, length, where), in object order: `where` is a
-        position in the window buffer (int: the fetch's slot starts at `slot`) for bytes read
+        """This item range's byte ranges as (offset, length, where), in object order: `where` is a
+        position in the window buffer (int: the item range's slot starts at `slot`) for bytes read
         into the slot, or a uint8 numpy view of the target for bytes read straight into it.
-        One piece for a buffered or direct RAW fetch, three for a direct TORCH_SAVE fetch (head
-        into the slot, the storage region into the target, tail into the slot after the
+        One piece for a buffered or direct RAW item range, three for a direct TORCH_SAVE item range
+        (head into the slot, the storage region into the target, tail into the slot after the
         head)."""
         if self.target is None:
             return [(self.offset, self.length, slot)]
@@ -106,13 +106,14 @@ class Fetch(NamedTuple):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Window:
-    """Consecutive Fetches sharing one buffer of `buffer_bytes` bytes.
+    """Consecutive ItemRanges sharing one buffer of `buffer_bytes` bytes.
 
-    `slots[i]` is where `fetches[i]`'s buffered bytes (`Fetch.slot_bytes`) start in that buffer
-    (a multiple of ALIGN, except a BYTES fetch packed right after the BYTES fetch before it:
-    `plan.make_windows`), or -1 for a fetch that needs no buffer (direct RAW or empty).
+    `slots[i]` is where `item_ranges[i]`'s buffered bytes (`ItemRange.slot_bytes`) start in that
+    buffer (a multiple of ALIGN, except a BYTES item range packed right after the BYTES item range
+    before it: `plan.make_windows`), or -1 for an item range that needs no buffer (direct RAW or
+    empty).
     """
 
-    fetches: tuple[Fetch, ...]
+    item_ranges: tuple[ItemRange, ...]
     slots: tuple[int, ...]
     buffer_bytes: int

@@ -1,4 +1,4 @@
-#include "cc/gcsio/py_reader.h"
+#include "cc/gcsio/py_range_reader.h"
 
 #include <pybind11/stl.h>
 
@@ -10,10 +10,10 @@
 #include <tuple>
 #include <vector>
 
-#include "cc/gcsio/engine.h"
 #include "cc/gcsio/py_hold.h"
 #include "cc/gcsio/py_requests.h"
 #include "cc/gcsio/py_token_source.h"
+#include "cc/gcsio/range_reader.h"
 #include "cc/gcsio/url.h"
 
 namespace py = pybind11;
@@ -25,8 +25,8 @@ using HeldViews = std::vector<std::unique_ptr<HeldBuffer>>;
 
 class PyBatch {
  public:
-  PyBatch(std::shared_ptr<Engine> engine, std::shared_ptr<Batch> batch, HeldViews views)
-      : held_(std::move(engine), std::move(batch), std::move(views)) {}
+  PyBatch(std::shared_ptr<RangeReader> reader, std::shared_ptr<Batch> batch, HeldViews views)
+      : held_(std::move(reader), std::move(batch), std::move(views)) {}
 
   // (newly complete indices, failed). Raises TimeoutError after `timeout_s`.
   py::tuple NextCompleted(std::optional<double> timeout_s) {
@@ -94,29 +94,29 @@ class PyBatch {
  private:
   Batch& batch() const { return held_.work(); }
 
-  HeldWork<Engine, Batch, HeldViews> held_;
+  HeldWork<RangeReader, Batch, HeldViews> held_;
 };
 
-class PyReader {
+class PyRangeReader {
  public:
-  PyReader(const EngineOptions& options, const py::object& token_source)
-      : engine_(std::make_shared<Engine>(options, MakePyTokenSource(token_source)),
+  PyRangeReader(const RangeReaderOptions& options, const py::object& token_source)
+      : reader_(std::make_shared<RangeReader>(options, MakePyTokenSource(token_source)),
                 "RangeReader is closed") {}
 
   std::unique_ptr<PyBatch> Submit(const py::object& requests) {
-    Engine& engine = engine_.Live();
+    RangeReader& reader = reader_.Live();
     ParsedRequests parsed = ParseRequests(requests.ptr());
     std::shared_ptr<Batch> batch;
     {
       py::gil_scoped_release release;
-      batch = engine.Submit(std::move(parsed.objects), std::move(parsed.ranges),
+      batch = reader.Submit(std::move(parsed.objects), std::move(parsed.ranges),
                             std::move(parsed.dests));
     }
-    return std::make_unique<PyBatch>(engine_.shared(), std::move(batch), std::move(parsed.views));
+    return std::make_unique<PyBatch>(reader_.shared(), std::move(batch), std::move(parsed.views));
   }
 
   py::dict Stats() {
-    const StatsSnapshot s = engine_.Live().stats().Snapshot();
+    const StatsSnapshot s = reader_.Live().stats().Snapshot();
     py::dict d;
     d["requests"] = s.requests;
     d["bytes_received"] = s.bytes_received;
@@ -137,14 +137,14 @@ class PyReader {
     return d;
   }
 
-  void ResetStats() { engine_.Live().stats().Reset(); }
+  void ResetStats() { reader_.Live().stats().Reset(); }
 
   // Stops the loops and cancels queued work; later calls raise.
-  void Close() { engine_.Close(); }
-  bool closed() const { return engine_.closed(); }
+  void Close() { reader_.Close(); }
+  bool closed() const { return reader_.closed(); }
 
  private:
-  HeldOwner<Engine> engine_;
+  HeldOwner<RangeReader> reader_;
 };
 
 }  // namespace
@@ -164,7 +164,7 @@ std::vector<T> Array(const py::buffer& data, const char* what) {
   return out;
 }
 
-void BindReader(py::module_& m) {
+void BindRangeReader(py::module_& m) {
   py::class_<BlockSums, std::shared_ptr<BlockSums>>(m, "BlockSums")
       .def(py::init([](uint64_t size, const py::buffer& starts, const py::buffer& crcs) {
              auto sums = std::make_shared<BlockSums>();
@@ -189,7 +189,7 @@ void BindReader(py::module_& m) {
       .def("num_fetches", &PyBatch::num_fetches)
       .def("__len__", &PyBatch::size);
 
-  py::class_<PyReader>(m, "Reader")
+  py::class_<PyRangeReader>(m, "RangeReader")
       .def(py::init([](const std::string& endpoint, int max_inflight_requests,
                        uint64_t max_inflight_bytes, uint64_t chunk_bytes,
                        uint64_t coalesce_gap_bytes, uint64_t min_chunk_bytes, int num_threads,
@@ -197,7 +197,7 @@ void BindReader(py::module_& m) {
                        double deadline_s, double connect_timeout_s, double stall_timeout_s,
                        long recv_buffer_bytes, const py::object& token_source,
                        const std::string& credential_description) {
-             EngineOptions o;
+             RangeReaderOptions o;
              o.endpoint = gcsio::NormalizeEndpoint(endpoint);
              o.max_inflight_requests = max_inflight_requests;
              o.max_inflight_bytes = max_inflight_bytes;
@@ -213,7 +213,7 @@ void BindReader(py::module_& m) {
              o.stall_timeout_s = stall_timeout_s;
              o.recv_buffer_bytes = recv_buffer_bytes;
              o.credential_description = credential_description;
-             return std::make_unique<PyReader>(o, token_source);
+             return std::make_unique<PyRangeReader>(o, token_source);
            }),
            py::arg("endpoint"), py::arg("max_inflight_requests"), py::arg("max_inflight_bytes"),
            py::arg("chunk_bytes"), py::arg("coalesce_gap_bytes"), py::arg("min_chunk_bytes"),
@@ -221,11 +221,11 @@ void BindReader(py::module_& m) {
            py::arg("max_backoff_s"), py::arg("deadline_s"), py::arg("connect_timeout_s"),
            py::arg("stall_timeout_s"), py::arg("recv_buffer_bytes"), py::arg("token_source"),
            py::arg("credential_description"))
-      .def("submit", &PyReader::Submit, py::arg("requests"))
-      .def("stats", &PyReader::Stats)
-      .def("reset_stats", &PyReader::ResetStats)
-      .def("close", &PyReader::Close)
-      .def_property_readonly("closed", &PyReader::closed);
+      .def("submit", &PyRangeReader::Submit, py::arg("requests"))
+      .def("stats", &PyRangeReader::Stats)
+      .def("reset_stats", &PyRangeReader::ResetStats)
+      .def("close", &PyRangeReader::Close)
+      .def_property_readonly("closed", &PyRangeReader::closed);
 }
 
 }  // namespace gcsio

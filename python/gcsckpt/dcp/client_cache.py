@@ -2,7 +2,7 @@
 
 A training job makes a GCSStorageWriter per checkpoint; in `async_save(..., PROCESS)` torch even
 pickles the writer into its checkpoint process for every save. Building the clients each time
-costs a google-cloud-storage client, a C++ engine thread and cold connections per save, so the
+costs a google-cloud-storage client, C++ uploader threads and cold connections per save, so the
 writer takes them from here: keyed by its transfer options (endpoint, token provider, chunk and
 in-flight limits, retries), built on first use in this process (a forked child builds its own),
 shared by every later writer with the same options. `builds` counts what was built, for tests.
