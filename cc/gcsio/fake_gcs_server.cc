@@ -128,19 +128,22 @@ void FakeGcsServer::AcceptLoop() {
 
 void FakeGcsServer::Serve(int fd) {
   std::string buffer;
-  char chunk[4096];
-  bool open = true;
-  while (open) {
-    size_t head_end;
-    while ((head_end = buffer.find("\r\n\r\n")) == std::string::npos) {
+  // Reads more of the connection into `buffer` until `ready()`; false when the peer closed.
+  auto receive_until = [fd, &buffer](auto ready) {
+    char chunk[4096];
+    while (!ready()) {
       const ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
-      if (n <= 0) {
-        open = false;
-        break;
-      }
+      if (n <= 0) return false;
       buffer.append(chunk, static_cast<size_t>(n));
     }
-    if (!open) break;
+    return true;
+  };
+  bool open = true;
+  while (open) {
+    size_t head_end = std::string::npos;
+    if (!receive_until([&] { return (head_end = buffer.find("\r\n\r\n")) != std::string::npos; })) {
+      break;
+    }
     const std::string head = buffer.substr(0, head_end + 2);
     buffer.erase(0, head_end + 4);
     Request request;
@@ -148,15 +151,7 @@ void FakeGcsServer::Serve(int fd) {
       SendAll(fd, StatusHead(400, 0));
       break;
     }
-    while (buffer.size() < request.body_bytes) {
-      const ssize_t n = recv(fd, chunk, sizeof(chunk), 0);
-      if (n <= 0) {
-        open = false;
-        break;
-      }
-      buffer.append(chunk, static_cast<size_t>(n));
-    }
-    if (!open) break;
+    if (!receive_until([&] { return buffer.size() >= request.body_bytes; })) break;
     const std::string body = buffer.substr(0, request.body_bytes);
     buffer.erase(0, request.body_bytes);
     Reply reply;
