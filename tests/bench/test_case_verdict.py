@@ -12,7 +12,7 @@ from ckptbench.record.case_result import CaseInfo, RankSave, SaveResult
 from ckptbench.runner.case_run import save_case_info
 from ckptbench.runner.case_verdict import load_result, save_result
 from ckptbench.runner.manifest import SetupManifest
-from ckptbench.worker.jobs import RankLoadResult, RankRound, RankSaveResult
+from ckptbench.worker.case_jobs import RankLoadResult, RankRound, RankSaveResult
 from ckptbench.workloads.parallel.dims import ParallelDims
 
 

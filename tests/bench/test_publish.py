@@ -14,8 +14,8 @@ from ckptbench.publish.plot import (
     build_training_figure,
     write_throughput_plot,
 )
-from ckptbench.publish.report import PLOT_NAME, publish_report
 from ckptbench.publish.row_files import read_results_json, write_results
+from ckptbench.publish.run_report import PLOT_NAME, publish_report
 from ckptbench.publish.schema import RowValidationError, column_names
 from ckptbench.publish.table import (
     format_report,

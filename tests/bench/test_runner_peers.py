@@ -28,7 +28,7 @@ from ckptbench.runner.case_run import CaseRun, save_case_info
 from ckptbench.runner.case_verdict import load_result
 from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
-from ckptbench.worker.jobs import LoadJob
+from ckptbench.worker.case_jobs import LoadJob
 from gcsckpt.testing import LocalGCS
 from tests.bench.runner_fixtures import (
     EP,

@@ -17,7 +17,7 @@ from ckptbench.harness.launch import SpawnLauncher
 from ckptbench.runner.benchmark import run_benchmark
 from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker import arms
-from ckptbench.worker.jobs import SaveJob
+from ckptbench.worker.case_jobs import SaveJob
 from gcsckpt.testing import LocalGCS
 from tests.bench.runner_fixtures import EP, EP_BASE, tiny_run_config
 

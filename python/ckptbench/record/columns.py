@@ -1,6 +1,6 @@
 """The names of the result rows' columns that more than one module reads (the row builders in
-``metrics``, ``save_columns`` and ``train.rows``, the comparisons in ``compare``, the tables and
-the chart); every column is in ``publish/bigquery_schema.json``.
+``metrics``, ``save_columns`` and ``train.train_rows``, the comparisons in ``compare``, the tables
+and the chart); every column is in ``publish/bigquery_schema.json``.
 
 A load row (``checkpoint_read``) has its throughput and ratios in the ``checkpoint_read_*``
 columns (``READ``), a save row (``checkpoint_write``) in the ``checkpoint_write_*`` ones
@@ -16,7 +16,7 @@ from typing import Any
 from ckptbench.record.case_result import SCENARIO_READ, SCENARIO_WRITE
 
 WORKLOAD_FAMILY = "checkpointing"
-# The training benchmark's columns (``ckptbench.train.rows``); null on load and save rows.
+# The training benchmark's columns (``ckptbench.train.train_rows``); null on load and save rows.
 TRAIN_COLUMNS = (
     "train_checkpoint_count",
     "train_lost_seconds_per_checkpoint",

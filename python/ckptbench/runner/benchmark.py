@@ -31,12 +31,12 @@ from rich.console import Console
 from ckptbench.cases.catalogue import Case
 from ckptbench.harness.launch import SpawnLauncher
 from ckptbench.harness.local_ranks import backend_for
-from ckptbench.publish.report import PublishedReport, publish_report
+from ckptbench.publish.run_report import PublishedReport, publish_report
 from ckptbench.publish.train_table import print_train_table
 from ckptbench.record.case_result import SCENARIO_READ, SCENARIO_WRITE, ArmOutcome, RunContext
 from ckptbench.record.host import collect_host_facts
 from ckptbench.record.metrics import case_row
-from ckptbench.record.progress import ProgressDisplay
+from ckptbench.record.progress_display import ProgressDisplay
 from ckptbench.roles import BASELINE, CANDIDATE
 from ckptbench.runner.case_run import CaseRun
 from ckptbench.runner.ceilings import download_ceiling, upload_ceiling

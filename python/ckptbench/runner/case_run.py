@@ -34,7 +34,7 @@ from ckptbench.runner.manifest import (
 )
 from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker import arms
-from ckptbench.worker.jobs import (
+from ckptbench.worker.case_jobs import (
     SAVE_SEED,
     LoadJob,
     SaveJob,

@@ -24,7 +24,7 @@ from ckptbench.record.case_result import (
 )
 from ckptbench.record.resources import ResourceUsage
 from ckptbench.runner.manifest import SetupManifest
-from ckptbench.worker.jobs import RANK_RESULTS, RankLoadResult, RankRound, RankSaveResult
+from ckptbench.worker.case_jobs import RANK_RESULTS, RankLoadResult, RankRound, RankSaveResult
 
 _LISTED = 3  # keys named per failing rank in a message
 _PROBLEMS = 4  # problems quoted in one error message; the rest are counted

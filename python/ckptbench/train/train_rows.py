@@ -23,9 +23,9 @@ from ckptbench.publish.schema import column_names
 from ckptbench.record.case_result import STATUS_FAILED, STATUS_OK, RunContext
 from ckptbench.record.columns import WORKLOAD_FAMILY
 from ckptbench.record.metrics import run_columns
-from ckptbench.train.jobs import RankTrain, TrainJob
 from ckptbench.train.model import MODEL, layout_dims
 from ckptbench.train.saving import CONTROL
+from ckptbench.train.train_jobs import RankTrain, TrainJob
 from ckptbench.workloads.parallel.dims import SIZE_NAMES
 
 SCENARIO_TRAIN = "checkpoint_train"  # checkpoints in a training loop (case ids train-...)
