@@ -175,7 +175,6 @@ def save_result(
             RoundRecord(
                 rank_start_unix_s=[start, start],
                 rank_end_unix_s=[start + d, start + d],
-                rank_counters=[RankCounters(), RankCounters()],
                 rank_saves=saves,
             )
         )

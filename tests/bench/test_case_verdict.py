@@ -52,6 +52,7 @@ def test_save_result_takes_rank_0_bytes_and_names_the_save_case():
     assert isinstance(result, SaveResult) and result.checksums_verified
     assert (result.writer, result.implementation) == ("msc", "msc")
     assert result.writer_options == {"thread_count": 4}
+    assert result.rounds[0].rank_counters is None  # writers report no reader counters
     two = [RankSaveResult(0, rounds * 2, written_bytes=(1234, 999)), RankSaveResult(1, rounds * 2)]
     uneven = save_result(info, "msc", two, 2, writer_options={})
     assert uneven.status == "failed"

@@ -52,7 +52,10 @@ def _round_problem(index: int, rank: int, record: RankRound) -> str | None:
 
 
 def _rounds(ranks: Sequence[RankLoadResult | RankSaveResult]) -> list[RoundRecord]:
+    """The rounds every rank completed: a load's with each rank's reader counters, a save's
+    with each rank's RankSave measures (writers report no reader counters)."""
     complete = min(len(r.rounds) for r in ranks)
+    loading = not any(isinstance(r, RankSaveResult) for r in ranks)
     records = []
     for index in range(complete):
         per_rank = [r.rounds[index] for r in ranks]
@@ -61,9 +64,11 @@ def _rounds(ranks: Sequence[RankLoadResult | RankSaveResult]) -> list[RoundRecor
             RoundRecord(
                 rank_start_unix_s=[p.start_unix_s for p in per_rank],
                 rank_end_unix_s=[p.end_unix_s for p in per_rank],
-                rank_counters=[
-                    RankCounters.from_mapping(p.counters, rank) for rank, p in enumerate(per_rank)
-                ],
+                rank_counters=(
+                    [RankCounters.from_mapping(p.counters, rank) for rank, p in enumerate(per_rank)]
+                    if loading
+                    else None
+                ),
                 rank_saves=None if any(m is None for m in saves) else saves,
             )
         )
