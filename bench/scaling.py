@@ -30,7 +30,7 @@ from absl import app, flags
 
 from ckptbench.harness.launch import SpawnLauncher
 from ckptbench.harness.rounds import interleave
-from ckptbench.scaling import report
+from ckptbench.scaling import scaling_report
 from ckptbench.scaling.ranks import RanksJob
 from ckptbench.scaling.real import ARMS, measure_real
 from ckptbench.scaling.simulated import measure_simulated
@@ -84,7 +84,7 @@ def _real_axis(gcs, axis: str, points: list[tuple[float, int, int, int]], tag: s
         run_round = functools.partial(_point_round, gcs, launcher, tag, point, got)
         interleave({arm: FLAGS.rounds for arm in ARMS}, run_round)
         for arm in ARMS:
-            rows.append(report.real_rows(axis, point[0], _least(got[arm])))
+            rows.append(scaling_report.real_rows(axis, point[0], _least(got[arm])))
             print(f"  {axis} {point[0]:g} {arm}: {rows[-1].costs}", flush=True)
     return rows
 
@@ -101,33 +101,41 @@ def main(argv) -> None:
     for name in ("fsspec", "gcsfs", "matplotlib"):  # INFO per file open, font fallbacks
         logging.getLogger(name).setLevel(logging.ERROR)
     began = datetime.datetime.now(datetime.UTC)
-    rows: list[report.Row] = []
+    rows: list[scaling_report.Row] = []
     for n in map(int, FLAGS.sim_ranks):
-        rows += report.simulated_rows(measure_simulated(LLAMA_70B, n))
+        rows += scaling_report.simulated_rows(measure_simulated(LLAMA_70B, n))
         print(f"  simulated {n}: {[(r.arm, r.costs) for r in rows[-2:]]}", flush=True)
     with LocalGCS() as gcs:
         gcs.create_bucket(BUCKET)
         _warm_up(gcs)
         items_mb, mb_items = FLAGS.items_mb * _MB, FLAGS.mb_items
         rows += _real_axis(
-            gcs, report.ITEMS, [(int(n), int(n), items_mb, 1) for n in FLAGS.items], "items"
+            gcs, scaling_report.ITEMS, [(int(n), int(n), items_mb, 1) for n in FLAGS.items], "items"
         )
         rows += _real_axis(
-            gcs, report.BYTES, [(int(m), mb_items, int(m) * _MB, 1) for m in FLAGS.mb], "bytes"
+            gcs,
+            scaling_report.BYTES,
+            [(int(m), mb_items, int(m) * _MB, 1) for m in FLAGS.mb],
+            "bytes",
         )
         rank_points = [
             (int(r), FLAGS.ranks_items, FLAGS.ranks_mb * _MB, int(r)) for r in FLAGS.ranks
         ]
-        rows += _real_axis(gcs, report.RANKS, rank_points, "ranks")
+        rows += _real_axis(gcs, scaling_report.RANKS, rank_points, "ranks")
     print(f"\nScaling, {began:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs\n")
-    for axis in (report.ITEMS, report.BYTES, report.RANKS, report.SIMULATED):
-        table = report.axis_table(rows, axis)
+    for axis in (
+        scaling_report.ITEMS,
+        scaling_report.BYTES,
+        scaling_report.RANKS,
+        scaling_report.SIMULATED,
+    ):
+        table = scaling_report.axis_table(rows, axis)
         if table:
             print(f"### {axis}\n\n{table}\n")
-    fits = report.exponent_table(report.exponents(rows))
+    fits = scaling_report.exponent_table(scaling_report.exponents(rows))
     print(f"### growth exponents (CPU s ~ axis^k)\n\n{fits}\n")
     where = os.environ.get("BUILD_WORKING_DIRECTORY", ".")
-    png = report.write_png(rows, os.path.join(where, FLAGS.png))
+    png = scaling_report.write_png(rows, os.path.join(where, FLAGS.png))
     print(f"PNG: {png}")
 
 

@@ -1,17 +1,18 @@
-"""Builders of known CaseResults/rows shared by the metrics and publisher tests."""
+"""Builders of known CaseResults/SaveResults and rows shared by the metrics and publisher
+tests."""
 
 from __future__ import annotations
 
 import datetime
 
 from ckptbench.record.case_result import (
-    SCENARIO_WRITE,
     CaseInfo,
     CaseResult,
     RankCounters,
     RankSave,
     RoundRecord,
     RunContext,
+    SaveResult,
 )
 from ckptbench.record.compare import add_baseline_ratios
 from ckptbench.record.host import HostFacts
@@ -159,7 +160,9 @@ def rank_save(rank: int, start: float, data_s: float, rss_peak: int) -> RankSave
     )
 
 
-def save_result(writer: str, seconds: list[float], data_s: list[float], peaks=(None, None)):
+def save_result(
+    writer: str, seconds: list[float], data_s: list[float], peaks=(None, None)
+) -> SaveResult:
     """An ok 2-rank save (case ``SAVE_CASE``, SIZE bytes written) whose rounds last ``seconds``;
     in round i rank 0's data phase lasts ``data_s[i]`` and rank 1's half that. Peak RSS per
     rank: ``peaks`` (None: 300 MiB, within either rank's bound)."""
@@ -172,19 +175,17 @@ def save_result(writer: str, seconds: list[float], data_s: list[float], peaks=(N
             RoundRecord(
                 rank_start_unix_s=[start, start],
                 rank_end_unix_s=[start + d, start + d],
-                rank_counters=[RankCounters(), RankCounters()],
                 rank_saves=saves,
             )
         )
-    return CaseResult(
+    return SaveResult(
         case=case(SAVE_CASE),
-        reader=writer,
+        writer=writer,
         rounds=rounds,
         checksums_verified=True,
         checkpoint_physical_size_bytes=SIZE,
-        reader_options={"class": writer},
+        writer_options={"class": writer},
         resources=USAGE,
-        scenario=SCENARIO_WRITE,
     )
 
 

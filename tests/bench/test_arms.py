@@ -19,7 +19,7 @@ from ckptbench.worker.arms import (
     reader_settings,
     writer_settings,
 )
-from ckptbench.worker.jobs import SaveJob
+from ckptbench.worker.case_jobs import SaveJob
 
 
 def test_msc_profile_configures_the_endpoint_with_the_documented_upload_settings(

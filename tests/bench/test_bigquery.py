@@ -32,7 +32,7 @@ from ckptbench.publish.schema import (
     load_columns,
     validate_rows,
 )
-from ckptbench.record.columns import THROUGHPUT_COLUMN
+from ckptbench.record.columns import READ, WRITE
 from tests.bench.publish_fixtures import RUN, MiB, save_rows, two_reader_rows
 
 PROJECT = "gcsckpt-test"
@@ -185,7 +185,8 @@ def test_publish_creates_table_inserts_and_reads_back_every_value(endpoint):
             expected = started if name == "run_started_at" else value
             assert back[name] == expected, name
     ep = by_key[("load-olmoe_1b_7b_0924-ep-dp2ep2-ws2", "gcsckpt")]
-    assert ep[THROUGHPUT_COLUMN] == 1e9
+    assert ep[READ.mean] == 1e9
+    assert ep[WRITE.mean] is None and ep["writer_options_json"] is None
     assert ep["checkpoint_read_throughput_ratio_to_baseline"] == pytest.approx(50.0)
     assert by_key[("load-olmoe_1b_7b_0924-fsdp-ws2", "fsspec")]["status"] == "failed"
 
@@ -240,5 +241,8 @@ def test_save_rows_round_trip_with_memory_phase_and_reference_columns(endpoint):
     assert stored["localfs"]["save_rss_peak_within_bound"] is False
     assert ours["save_data_phase_throughput_mean_bytes_per_second"] == 1e9
     assert ours["reference_implementation"] == "localfs"
-    assert ours["checkpoint_read_throughput_ratio_to_reference"] == pytest.approx(0.5)
+    assert ours["checkpoint_write_throughput_ratio_to_reference"] == pytest.approx(0.5)
+    assert ours[WRITE.mean] == 5e8 and ours[READ.mean] is None
+    assert ours["writer_options_json"] == '{"class": "gcsckpt"}'
+    assert ours["reader_options_json"] is None
     assert ours["best_peer_implementation"] == "msc"

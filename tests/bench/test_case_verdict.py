@@ -1,5 +1,5 @@
-"""The ranks' answers -> one CaseResult (runner.case_verdict): ok rounds, checksum and byte
-mismatches, rank errors, save sizes and measures."""
+"""The ranks' answers -> one CaseResult or SaveResult (runner.case_verdict): ok rounds, checksum
+and byte mismatches, rank errors, save sizes and measures."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import dataclasses
 import pytest
 
 from ckptbench.harness.job import RankFailure
-from ckptbench.record.case_result import CaseInfo, RankSave
+from ckptbench.record.case_result import CaseInfo, RankSave, SaveResult
 from ckptbench.runner.case_run import save_case_info
 from ckptbench.runner.case_verdict import load_result, save_result
 from ckptbench.runner.manifest import SetupManifest
-from ckptbench.worker.jobs import RankLoadResult, RankRound, RankSaveResult
+from ckptbench.worker.case_jobs import RankLoadResult, RankRound, RankSaveResult
 from ckptbench.workloads.parallel.dims import ParallelDims
 
 
@@ -49,7 +49,10 @@ def test_save_result_takes_rank_0_bytes_and_names_the_save_case():
         "checkpoint_write",
         1234,
     )
-    assert result.checkpoint_object_count is None and result.checksums_verified
+    assert isinstance(result, SaveResult) and result.checksums_verified
+    assert (result.writer, result.implementation) == ("msc", "msc")
+    assert result.writer_options == {"thread_count": 4}
+    assert result.rounds[0].rank_counters is None  # writers report no reader counters
     two = [RankSaveResult(0, rounds * 2, written_bytes=(1234, 999)), RankSaveResult(1, rounds * 2)]
     uneven = save_result(info, "msc", two, 2, writer_options={})
     assert uneven.status == "failed"

@@ -75,7 +75,9 @@ def test_ceiling_columns_and_each_arms_fraction():
     assert ours["endpoint_ceiling_bytes_per_second"] == 2000e6
     assert ours["checkpoint_read_throughput_ratio_to_ceiling"] == pytest.approx(0.5)
     assert msc["checkpoint_read_throughput_ratio_to_ceiling"] == pytest.approx(0.125)
-    assert save["checkpoint_read_throughput_ratio_to_ceiling"] == pytest.approx(0.5)
+    assert save["checkpoint_write_throughput_ratio_to_ceiling"] == pytest.approx(0.5)
+    assert save["checkpoint_read_throughput_ratio_to_ceiling"] is None  # a save reads nothing
+    assert ours["checkpoint_write_throughput_ratio_to_ceiling"] is None
     bare = add_ceiling_columns([case_row(result("gcsckpt", [1.0]), RUN)], None)[0]
     assert bare["endpoint_ceiling_bytes_per_second"] is None
     validate_rows(_rows(), load_columns())  # the new columns are in the schema

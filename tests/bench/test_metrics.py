@@ -1,4 +1,5 @@
-"""metrics.case_row / add_baseline_ratios and the CaseResult inputs: exact values, null rules."""
+"""metrics.case_row / add_baseline_ratios and the CaseResult and SaveResult inputs: exact
+values, null rules, each scenario in its own columns."""
 
 import dataclasses
 import json
@@ -14,14 +15,10 @@ from ckptbench.record.case_result import (
     RankCounters,
     RankSave,
     RoundRecord,
+    SaveResult,
     rss_bound_bytes,
 )
-from ckptbench.record.columns import (
-    DATA_PHASE_THROUGHPUT_COLUMN,
-    RATIO_COLUMN,
-    REFERENCE_RATIO_COLUMN,
-    THROUGHPUT_COLUMN,
-)
+from ckptbench.record.columns import DATA_PHASE_THROUGHPUT_COLUMN, READ, WRITE
 from ckptbench.record.compare import add_baseline_ratios
 from ckptbench.record.metrics import case_row, round_duration_columns
 from ckptbench.record.save_columns import SAVE_COLUMNS
@@ -74,11 +71,13 @@ def test_single_round_has_no_stddev():
 def test_throughput_is_mean_of_per_round_rates():
     row = case_row(result("gcsckpt", [1.0, 4.0]), RUN)
     # 1e9 B / 1 s and 1e9 B / 4 s -> mean 625 MB/s (not 1e9 / 2.5 s = 400 MB/s).
-    assert row[THROUGHPUT_COLUMN] == pytest.approx(625e6)
+    assert row[READ.mean] == pytest.approx(625e6)
     assert row["checkpoint_read_throughput_min_bytes_per_second"] == pytest.approx(250e6)
     assert row["checkpoint_read_throughput_max_bytes_per_second"] == pytest.approx(1e9)
     assert row["checkpoint_physical_size_bytes"] == SIZE
     assert row["checkpoint_read_count"] == 1
+    assert all(row[name] is None for name in WRITE.all)  # a load writes nothing
+    assert row["writer_options_json"] is None
 
 
 def test_replicated_layout_reads_the_checkpoint_once_per_replica_group():
@@ -91,7 +90,7 @@ def test_replicated_layout_reads_the_checkpoint_once_per_replica_group():
     )
     row = case_row(replicated, RUN)
     assert row["checkpoint_read_count"] == 2
-    assert row[THROUGHPUT_COLUMN] == pytest.approx(2 * SIZE / 2.0)
+    assert row[READ.mean] == pytest.approx(2 * SIZE / 2.0)
 
 
 def test_counter_columns_over_ranks_and_rounds():
@@ -156,7 +155,7 @@ def test_failed_case_has_no_timing_but_keeps_its_error():
     assert row["status"] == "failed"
     assert row["error_message"].startswith("rank 3")
     assert row["checksums_verified"] is False
-    assert row[THROUGHPUT_COLUMN] is None
+    assert row[READ.mean] is None
     assert row["round_duration_mean_seconds"] is None
     assert row["measurement_round_count"] == 0
     assert row["dcp_read_items_per_rank_max"] is None
@@ -170,10 +169,10 @@ def test_baseline_ratio_pairs_rows_of_the_same_case_and_run():
             case_row(result("gcsckpt", [1.0], name="other-case"), RUN),
         ]
     )
-    assert rows[0][RATIO_COLUMN] == pytest.approx(40.0)
+    assert rows[0][READ.ratio("baseline")] == pytest.approx(40.0)
     assert rows[0]["baseline_implementation"] == "fsspec"
-    assert rows[1][RATIO_COLUMN] == 1.0
-    assert rows[2][RATIO_COLUMN] is None  # no baseline for that case
+    assert rows[1][READ.ratio("baseline")] == 1.0
+    assert rows[2][READ.ratio("baseline")] is None  # no baseline for that case
     assert rows[2]["baseline_implementation"] is None
 
 
@@ -181,7 +180,7 @@ def test_baseline_ratio_skips_a_failed_baseline():
     rows = add_baseline_ratios(
         [case_row(result("gcsckpt", [1.0]), RUN), case_row(failed("fsspec"), RUN)]
     )
-    assert rows[0][RATIO_COLUMN] is None
+    assert rows[0][READ.ratio("baseline")] is None
 
 
 @pytest.mark.parametrize(
@@ -197,6 +196,14 @@ def test_baseline_ratio_skips_a_failed_baseline():
         (lambda: CaseResult(case(), "gcsckpt", status="failed"), "error_message"),
         (lambda: CaseResult(case(), "gcsckpt", status="skipped"), "status"),
         (lambda: CaseResult(case(), "gcsckpt"), "at least one round"),
+        (lambda: CaseResult(case(), ""), "reader name is empty"),
+        (lambda: SaveResult(case(), ""), "writer name is empty"),
+        (lambda: SaveResult(case(), "msc", status="failed"), "writer 'msc': a failed result"),
+        (lambda: SaveResult(case(), "msc", [round_of([(0, 1)] * 3)]), "world_size is 2"),
+        (
+            lambda: SaveResult(case(), "msc", checkpoint_physical_size_bytes=-1, status="x"),
+            "status must be",
+        ),
     ],
 )
 def test_bad_inputs_raise_naming_the_field(build, message):
@@ -244,8 +251,48 @@ def test_reader_options_must_be_json():
         checkpoint_physical_size_bytes=1,
         reader_options={"token_provider": object()},
     )
-    with pytest.raises(ValueError, match="reader options of 'gcsckpt'"):
+    with pytest.raises(ValueError, match="reader_options_json of 'gcsckpt'"):
         case_row(bad, RUN)
+    worse = SaveResult(
+        case(),
+        "msc",
+        [round_of([(0, 1), (0, 1)])],
+        checkpoint_physical_size_bytes=1,
+        writer_options={"profile": object()},
+    )
+    with pytest.raises(ValueError, match="writer_options_json of 'msc'"):
+        case_row(worse, RUN)
+    with pytest.raises(TypeError, match="CaseResult or SaveResult, got dict"):
+        case_row({}, RUN)
+
+
+def test_a_save_row_has_write_columns_and_leaves_the_read_columns_null():
+    saved = save_result("gcsckpt", [2.0, 4.0], [1.0, 1.0])
+    saved = dataclasses.replace(saved, resources=dataclasses.replace(USAGE, client_cpu_seconds=3.0))
+    assert (saved.scenario, saved.implementation) == ("checkpoint_write", "gcsckpt")
+    row = case_row(saved, RUN)
+    assert row["workload_scenario"] == "checkpoint_write"
+    assert row["workload_implementation"] == "gcsckpt"
+    # SIZE bytes written per save, in 2 s and 4 s: mean of per-round rates, 375 MB/s.
+    assert row[WRITE.mean] == pytest.approx((SIZE / 2.0 + SIZE / 4.0) / 2)
+    assert row["checkpoint_write_throughput_min_bytes_per_second"] == pytest.approx(SIZE / 4.0)
+    assert row["checkpoint_write_throughput_max_bytes_per_second"] == pytest.approx(SIZE / 2.0)
+    assert row["checkpoint_write_throughput_p50_bytes_per_second"] == pytest.approx(375e6)
+    assert json.loads(row["writer_options_json"]) == {"class": "gcsckpt"}
+    assert row["reader_options_json"] is None
+    assert all(row[name] is None for name in READ.all)
+    assert row["checkpoint_read_count"] is None and row["checkpoint_object_count"] is None
+    assert row["storage_bytes_per_checkpoint_byte"] is None
+    assert row["rank_counters_json"] is None and row["read_retry_count_total"] is None
+    # CPU per GB counts the bytes written, once per save: 2 saves x SIZE.
+    assert row["client_cpu_seconds_per_gb"] == pytest.approx(3.0 / (2 * SIZE / 1e9))
+    assert set(row) == set(column_names())
+    validate_rows([row], load_columns())
+    # A writer that matches the baseline's name gets a write ratio to it, never a read one.
+    rows = add_baseline_ratios([row, case_row(save_result("fsspec", [8.0], [1.0]), RUN)])
+    assert rows[0][WRITE.ratio("baseline")] == pytest.approx(row[WRITE.mean] / (SIZE / 8.0))
+    assert rows[1][WRITE.ratio("baseline")] == 1.0
+    assert rows[0][READ.ratio("baseline")] is None
 
 
 def test_save_columns_memory_per_rank_against_the_bound():
@@ -272,7 +319,7 @@ def test_save_columns_data_phase_is_the_longest_ranks_and_its_throughput():
     assert ours["save_data_phase_mean_seconds"] == pytest.approx(1.0)
     assert ours["save_outside_data_phase_mean_seconds"] == pytest.approx(1.0)
     assert ours[DATA_PHASE_THROUGHPUT_COLUMN] == pytest.approx(SIZE / 1.0)
-    assert ours[THROUGHPUT_COLUMN] == pytest.approx(SIZE / 2.0)
+    assert ours[WRITE.mean] == pytest.approx(SIZE / 2.0)
     assert ours["save_plan_seconds_per_rank_max"] == pytest.approx(0.02)
     assert ours["save_finish_mean_seconds"] == pytest.approx(0.25)
     local = rows["localfs"]  # two rounds of 1 s, data phase 0.25 s each
@@ -292,11 +339,13 @@ def test_the_reference_is_never_the_best_peer_and_has_its_own_ratio():
     ours = rows["gcsckpt"]
     # localfs (1 GB/s) is faster than msc (250 MB/s) but is a reference, not a peer.
     assert ours["best_peer_implementation"] == "msc"
-    assert ours["checkpoint_read_throughput_ratio_to_best_peer"] == pytest.approx(2.0)
+    assert ours["checkpoint_write_throughput_ratio_to_best_peer"] == pytest.approx(2.0)
     assert ours["reference_implementation"] == "localfs"
-    assert ours[REFERENCE_RATIO_COLUMN] == pytest.approx(0.5)
-    assert rows["msc"][REFERENCE_RATIO_COLUMN] is None
-    assert rows["localfs"]["checkpoint_read_throughput_ratio_to_best_peer"] is None
+    assert ours["checkpoint_write_throughput_ratio_to_reference"] == pytest.approx(0.5)
+    assert rows["msc"][WRITE.ratio("reference")] is None
+    assert rows["localfs"][WRITE.ratio("best_peer")] is None
+    for row in rows.values():  # the read ratios stay null on save rows
+        assert all(row[name] is None for name in READ.all), row["workload_implementation"]
     only_reference = add_baseline_ratios(
         [
             case_row(save_result("gcsckpt", [2.0], [1.0]), RUN),
@@ -310,16 +359,15 @@ def test_the_reference_is_never_the_best_peer_and_has_its_own_ratio():
 def test_save_columns_are_null_for_loads_and_timings_null_when_failed():
     load = case_row(result("gcsckpt", [1.0]), RUN)
     assert all(load[name] is None for name in SAVE_COLUMNS)
-    assert load["rank_saves_json"] is None and load[REFERENCE_RATIO_COLUMN] is None
+    assert load["rank_saves_json"] is None and load[READ.ratio("reference")] is None
     ok = save_result("gcsckpt", [2.0], [1.0])
-    broken = CaseResult(
+    broken = SaveResult(
         case=ok.case,
-        reader="gcsckpt",
+        writer="gcsckpt",
         rounds=ok.rounds,
         status="failed",
         error_message="rank 1: checksum mismatch",
         checkpoint_physical_size_bytes=SIZE,
-        scenario=ok.scenario,
     )
     row = case_row(broken, RUN)
     assert row["save_rss_peak_bytes_per_rank_max"] == 300 * MiB  # kept, for diagnosis
@@ -329,13 +377,12 @@ def test_save_columns_are_null_for_loads_and_timings_null_when_failed():
     # One rank without measures: every save column is null, never a partial figure.
     partial = RoundRecord([0.0, 0.0], [2.0, 2.0], rank_saves=None)
     row = case_row(
-        CaseResult(
+        SaveResult(
             case=ok.case,
-            reader="gcsckpt",
+            writer="gcsckpt",
             rounds=[ok.rounds[0], partial],
             checksums_verified=True,
             checkpoint_physical_size_bytes=SIZE,
-            scenario=ok.scenario,
         ),
         RUN,
     )

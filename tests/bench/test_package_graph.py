@@ -1,6 +1,7 @@
 """The arrows under ``python/``: no module of the benchmark or of the library imports itself
 through others, the benchmark's sub-packages import each other without a cycle (deferred imports
-inside functions count), and the library ``gcsckpt`` never imports the benchmark."""
+inside functions count), and the library ``gcsckpt`` never imports the benchmark. Also: no two
+modules of the benchmark share a base name (each module's name says what it is)."""
 
 import graphlib
 
@@ -60,6 +61,15 @@ def test_sub_packages_import_each_other_without_a_cycle():
     assert graph["ckptbench.workloads"] == set() and graph["ckptbench.harness"] == set()
     for scenario in ("runner", "train", "resume"):
         assert "ckptbench.harness" in graph[f"ckptbench.{scenario}"], scenario
+
+
+def test_no_two_benchmark_modules_share_a_base_name():
+    by_base: dict[str, list[str]] = {}
+    for name, path in package_modules(ckptbench).items():
+        if path.name != "__init__.py":
+            by_base.setdefault(path.stem, []).append(name)
+    assert len(by_base) > 40  # every module was read
+    assert {base: names for base, names in by_base.items() if len(names) > 1} == {}
 
 
 def test_the_library_never_imports_the_benchmark():

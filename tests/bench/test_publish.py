@@ -14,8 +14,8 @@ from ckptbench.publish.plot import (
     build_training_figure,
     write_throughput_plot,
 )
-from ckptbench.publish.report import PLOT_NAME, publish_report
 from ckptbench.publish.row_files import read_results_json, write_results
+from ckptbench.publish.run_report import PLOT_NAME, publish_report
 from ckptbench.publish.schema import RowValidationError, column_names
 from ckptbench.publish.table import (
     format_report,
@@ -27,8 +27,8 @@ from ckptbench.publish.train_table import LOST
 from ckptbench.record.columns import (
     CLIENT_CPU_PER_GB_COLUMN,
     ENDPOINT_CPU_PER_GB_COLUMN,
-    RATIO_COLUMN,
-    THROUGHPUT_COLUMN,
+    READ,
+    WRITE,
 )
 from ckptbench.record.compare import add_baseline_ratios
 from ckptbench.record.metrics import case_row
@@ -59,13 +59,13 @@ def test_results_files_round_trip(tmp_path):
     assert len(table) == 4
     gcsckpt_ep = table[0]
     assert gcsckpt_ep["workload_implementation"] == "gcsckpt"
-    assert float(gcsckpt_ep[THROUGHPUT_COLUMN]) == rows[0][THROUGHPUT_COLUMN] == SIZE / 1.0
+    assert float(gcsckpt_ep[READ.mean]) == rows[0][READ.mean] == SIZE / 1.0
     assert int(gcsckpt_ep["checkpoint_physical_size_bytes"]) == SIZE
     assert gcsckpt_ep["checksums_verified"] == "true"
-    assert float(gcsckpt_ep[RATIO_COLUMN]) == pytest.approx(50.0)
+    assert float(gcsckpt_ep[READ.ratio("baseline")]) == pytest.approx(50.0)
     failed = table[3]
     assert (failed["status"], failed["error_message"]) == ("failed", "endpoint died")
-    assert failed[THROUGHPUT_COLUMN] == ""  # null
+    assert failed[READ.mean] == ""  # null
     assert failed["checksums_verified"] == "false"
 
 
@@ -95,7 +95,7 @@ def test_best_peer_ratio_in_rows_table_and_chart():
     ours = rows[0]
     assert ours["best_peer_implementation"] == "dataflux"
     assert ours["checkpoint_read_throughput_ratio_to_best_peer"] == pytest.approx(4.0)
-    assert ours[RATIO_COLUMN] == pytest.approx(50.0)
+    assert ours[READ.ratio("baseline")] == pytest.approx(50.0)
     assert all(r["checkpoint_read_throughput_ratio_to_best_peer"] is None for r in rows[1:])
     lines = summary_table(rows).splitlines()
     assert lines[0] == (
@@ -262,7 +262,7 @@ def test_publish_report_writes_everything(tmp_path):
     rows = [case_row(result("gcsckpt", [1.0, 1.0]), RUN), case_row(result("fsspec", [25.0]), RUN)]
     out = io.StringIO()
     report = publish_report(rows, tmp_path, out=out)
-    assert report.rows[0][RATIO_COLUMN] == pytest.approx(25.0)
+    assert report.rows[0][READ.ratio("baseline")] == pytest.approx(25.0)
     assert report.files.json_path.exists() and report.files.csv_path.exists()
     assert report.plot_path == tmp_path / PLOT_NAME and report.plot_path.stat().st_size > 0
     assert report.charts == {PLOT_NAME: report.plot_path}  # no CPU measured, no training rows
@@ -336,7 +336,12 @@ def test_results_files_carry_the_save_columns(tmp_path):
     assert local["save_rss_peak_within_bound"] == "false"
     assert float(ours["save_data_phase_throughput_mean_bytes_per_second"]) == SIZE / 1.0
     assert float(ours["save_data_phase_mean_seconds"]) == 1.0
-    assert float(ours["checkpoint_read_throughput_ratio_to_reference"]) == 0.5
+    assert float(ours["checkpoint_write_throughput_ratio_to_reference"]) == 0.5
+    assert float(ours["checkpoint_write_throughput_ratio_to_best_peer"]) == 2.0
+    assert float(ours[WRITE.mean]) == SIZE / 2.0
+    assert ours[READ.mean] == ours["checkpoint_read_throughput_ratio_to_reference"] == ""  # null
+    assert json.loads(ours["writer_options_json"]) == {"class": "gcsckpt"}
+    assert ours["reader_options_json"] == ""  # null
     assert ours["reference_implementation"] == "localfs"
     assert ours["best_peer_implementation"] == "msc"
     assert len(json.loads(local["rank_saves_json"])) == 2

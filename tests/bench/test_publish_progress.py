@@ -8,8 +8,8 @@ import time
 import pytest
 from rich.console import Console
 
-from ckptbench.harness.progress import RankProgress, rank_reporter
-from ckptbench.record.progress import ProgressDisplay
+from ckptbench.harness.rank_progress import RankProgress, rank_reporter
+from ckptbench.record.progress_display import ProgressDisplay
 
 
 def _console(terminal: bool) -> Console:

@@ -2,7 +2,7 @@
 
 import json
 
-from ckptbench.range_read import rows as range_rows
+from ckptbench.range_read import range_rows
 from ckptbench.record.host import HostFacts, host_facts
 
 MB = 10**6

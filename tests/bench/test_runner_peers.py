@@ -28,7 +28,7 @@ from ckptbench.runner.case_run import CaseRun, save_case_info
 from ckptbench.runner.case_verdict import load_result
 from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
-from ckptbench.worker.jobs import LoadJob
+from ckptbench.worker.case_jobs import LoadJob
 from gcsckpt.testing import LocalGCS
 from tests.bench.runner_fixtures import (
     EP,
@@ -83,11 +83,11 @@ def peers_run(gcs, tmp_path_factory):
 
 def test_every_arm_loads_and_saves_verified(gcs, peers_run):
     outcome, text = peers_run
-    assert [(r.case.name, r.reader, r.scenario) for r in outcome.results] == [
+    assert [(r.case.name, r.implementation, r.scenario) for r in outcome.results] == [
         *((EP, r, "checkpoint_read") for r in READERS),
         *((SAVE, w, "checkpoint_write") for w in WRITERS),
     ]
-    dataflux_save = next(r for r in outcome.results[3:] if r.reader == "dataflux")
+    dataflux_save = next(r for r in outcome.results[3:] if r.writer == "dataflux")
     if _has_xml_multipart(gcs.endpoint):
         assert outcome.failures == []
     else:  # reported failed with the endpoint's answer, never dropped or reconfigured
@@ -131,32 +131,30 @@ def test_rows_carry_each_arms_settings_and_both_ratios(peers_run):
     msc_reader = json.loads(rows[(EP, "msc")]["reader_options_json"])
     assert msc_reader["thread_count"] == 8 and msc_reader["node_local_cache"] is True
     assert msc_reader["skip_signature"] is True and msc_reader["msc_version"] == "1.3.1"
-    msc_writer = json.loads(rows[(SAVE, "msc")]["reader_options_json"])
+    msc_writer = json.loads(rows[(SAVE, "msc")]["writer_options_json"])
     assert msc_writer["multipart_threshold_bytes"] == MSC_UPLOAD_OPTIONS["multipart_threshold"]
     assert msc_writer["max_concurrency"] == 8 and msc_writer["thread_count"] == 4
     dataflux_reader = json.loads(rows[(EP, "dataflux")]["reader_options_json"])
     assert dataflux_reader["class"].endswith("GCSDistributedReader")
     assert dataflux_reader["google_cloud_storage_version"] == "2.19.0"
-    dataflux_writer = json.loads(rows[(SAVE, "dataflux")]["reader_options_json"])
+    dataflux_writer = json.loads(rows[(SAVE, "dataflux")]["writer_options_json"])
     assert dataflux_writer["class"].endswith("GCSDistributedWriter")
     assert dataflux_writer["part_bytes"] == DATAFLUX_PART_BYTES == 32 << 20
     assert rows[(SAVE, "gcsckpt")]["workload_scenario"] == "checkpoint_write"
-    assert rows[(SAVE, "gcsckpt")]["checkpoint_read_count"] == 1
-    speed = "checkpoint_read_throughput_mean_bytes_per_second"
-    for case in (EP, SAVE):
+    assert rows[(SAVE, "gcsckpt")]["checkpoint_read_count"] is None
+    for case, rate in ((EP, "checkpoint_read_throughput"), (SAVE, "checkpoint_write_throughput")):
+        speed = f"{rate}_mean_bytes_per_second"
         ours = rows[(case, "gcsckpt")]
         peers = [rows[(case, p)] for p in ("msc", "dataflux") if rows[(case, p)]["status"] == "ok"]
         best = max(peers, key=lambda row: row[speed])
         assert ours["best_peer_implementation"] == best["workload_implementation"]
-        assert ours["checkpoint_read_throughput_ratio_to_best_peer"] == pytest.approx(
-            ours[speed] / best[speed]
-        )
-        assert ours["checkpoint_read_throughput_ratio_to_baseline"] is None  # no stock arm
-        assert rows[(case, "msc")]["checkpoint_read_throughput_ratio_to_best_peer"] is None
+        assert ours[f"{rate}_ratio_to_best_peer"] == pytest.approx(ours[speed] / best[speed])
+        assert ours[f"{rate}_ratio_to_baseline"] is None  # no stock arm
+        assert rows[(case, "msc")][f"{rate}_ratio_to_best_peer"] is None
     # The localfs reference ran beside the peers and is never the best peer, whatever its speed.
     assert rows[(SAVE, "localfs")]["status"] == "ok"
     assert rows[(SAVE, "gcsckpt")]["reference_implementation"] == "localfs"
-    assert rows[(SAVE, "gcsckpt")]["checkpoint_read_throughput_ratio_to_reference"] == (
+    assert rows[(SAVE, "gcsckpt")]["checkpoint_write_throughput_ratio_to_reference"] == (
         pytest.approx(rows[(SAVE, "gcsckpt")][speed] / rows[(SAVE, "localfs")][speed])
     )
     header = (
@@ -208,10 +206,10 @@ def test_a_failed_writer_is_reported_and_the_others_still_run(gcs, tmp_path):
         spec = storage.for_case(case.base_name)
         info = CaseInfo.from_case(case, "tiny")
         failed, ok = run.saves(case, info, spec)
-    assert (failed.reader, failed.status, failed.case.name) == ("msc", "failed", SAVE)
+    assert (failed.writer, failed.status, failed.case.name) == ("msc", "failed", SAVE)
     assert failed.error_message == f"save {case.name} with msc: rank 1 failed: OSError: disk gone"
-    assert failed.reader_options["class"].endswith("MultiStorageFileSystemWriter")
-    assert (ok.reader, ok.status, ok.checksums_verified) == ("gcsckpt", "ok", True)
+    assert failed.writer_options["class"].endswith("MultiStorageFileSystemWriter")
+    assert (ok.writer, ok.status, ok.checksums_verified) == ("gcsckpt", "ok", True)
     assert f"{SAVE} with msc FAILED: save {case.name} with msc" in out.getvalue()
     assert save_case_info(info).name == SAVE
 

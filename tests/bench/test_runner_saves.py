@@ -17,7 +17,7 @@ from ckptbench.harness.launch import SpawnLauncher
 from ckptbench.runner.benchmark import run_benchmark
 from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker import arms
-from ckptbench.worker.jobs import SaveJob
+from ckptbench.worker.case_jobs import SaveJob
 from gcsckpt.testing import LocalGCS
 from tests.bench.runner_fixtures import EP, EP_BASE, tiny_run_config
 
@@ -66,7 +66,7 @@ def saves_run(gcs, tmp_path_factory):
 def test_every_save_is_verified_and_the_reference_runs_its_own_rounds(saves_run):
     outcome, text, _ = saves_run
     assert outcome.failures == []
-    saves = {r.reader: r for r in outcome.results if r.scenario == "checkpoint_write"}
+    saves = {r.writer: r for r in outcome.results if r.scenario == "checkpoint_write"}
     assert list(saves) == list(WRITERS)
     assert [len(saves[w].rounds) for w in WRITERS] == [1, 2]
     assert all(r.checksums_verified for r in saves.values())
@@ -85,7 +85,7 @@ def test_each_rank_measured_its_memory_and_phases(saves_run):
         for record in result.rounds:
             assert record.rank_saves is not None and len(record.rank_saves) == 2
             for rank, save in enumerate(record.rank_saves):
-                where = f"{result.reader} rank {rank}"
+                where = f"{result.writer} rank {rank}"
                 assert 0 < save.rss_start_bytes <= save.rss_peak_bytes, where
                 assert save.rss_sample_count >= 2, where
                 assert save.state_bytes > 0, where
@@ -114,7 +114,7 @@ def test_rows_carry_memory_phases_and_the_reference_ratio(saves_run):
     outcome, _, _ = saves_run
     rows = {(r["benchmark_case_id"], r["workload_implementation"]): r for r in outcome.report.rows}
     ours, local = rows[(SAVE, "gcsckpt")], rows[(SAVE, "localfs")]
-    speed = "checkpoint_read_throughput_mean_bytes_per_second"
+    speed = "checkpoint_write_throughput_mean_bytes_per_second"
     for row in (ours, local):
         assert row["save_rss_peak_bytes_per_rank_max"] >= row["save_rss_start_bytes_per_rank_max"]
         assert row["save_rss_bound_bytes_at_peak_rank"] > 256 << 20
@@ -122,13 +122,15 @@ def test_rows_carry_memory_phases_and_the_reference_ratio(saves_run):
         assert 0 < row["save_data_phase_mean_seconds"] <= row["round_duration_mean_seconds"]
         assert row["save_data_phase_throughput_mean_bytes_per_second"] >= row[speed]
         assert len(json.loads(row["rank_saves_json"])) == 2
+        assert row["checkpoint_read_throughput_mean_bytes_per_second"] is None
+        assert row["reader_options_json"] is None
     # The reference is never the best peer; gcsckpt's ratio to it is its own column.
     assert ours["best_peer_implementation"] is None
     assert ours["reference_implementation"] == "localfs"
-    assert ours["checkpoint_read_throughput_ratio_to_reference"] == pytest.approx(
+    assert ours["checkpoint_write_throughput_ratio_to_reference"] == pytest.approx(
         ours[speed] / local[speed]
     )
-    settings = json.loads(local["reader_options_json"])
+    settings = json.loads(local["writer_options_json"])
     assert settings["class"] == "torch.distributed.checkpoint.FileSystemWriter"
     if arms.local_save_root(ours["checkpoint_physical_size_bytes"]) == arms.LOCAL_TMPFS:
         assert settings["folder"] == "/dev/shm (tmpfs)"

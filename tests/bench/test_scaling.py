@@ -11,7 +11,7 @@ import torch
 
 from ckptbench.harness.job import RankFailure
 from ckptbench.harness.launch import SpawnLauncher
-from ckptbench.scaling import report
+from ckptbench.scaling import scaling_report
 from ckptbench.scaling.fit import growth_exponent
 from ckptbench.scaling.ranks import RanksJob
 from ckptbench.scaling.real import ARMS, assert_same, build_state, measure_real
@@ -84,7 +84,7 @@ def test_simulated_planning_both_arms_same_plan():
         # 36 DTensor shards + 12 steps + 144 BYTE_IO values
         assert p.items == 36 + 12 + 144
         assert p.metadata_bytes > 0
-    rows = report.simulated_rows(points)
+    rows = scaling_report.simulated_rows(points)
     assert {r.arm for r in rows} == {STOCK, GCSCKPT}
 
 
@@ -103,12 +103,12 @@ def test_real_points_both_arms_verified(gcs):
             point = measure_real(gcs.endpoint, BUCKET, f"one/{items}/{arm}", arm, items, 4096)
             assert (point.arm, point.items, point.ranks) == (arm, items, 1)
             assert point.metadata_bytes > 0
-            rows.append(report.real_rows(report.ITEMS, items, [point]))
-    table = report.axis_table(rows, report.ITEMS)
+            rows.append(scaling_report.real_rows(scaling_report.ITEMS, items, [point]))
+    table = scaling_report.axis_table(rows, scaling_report.ITEMS)
     assert table.count("| gcsckpt |") == 2 and table.count("| stock |") == 2
-    assert {(axis, arm) for axis, arm, _ in report.exponents(rows)} == {
-        (report.ITEMS, GCSCKPT),
-        (report.ITEMS, STOCK),
+    assert {(axis, arm) for axis, arm, _ in scaling_report.exponents(rows)} == {
+        (scaling_report.ITEMS, GCSCKPT),
+        (scaling_report.ITEMS, STOCK),
     }
 
 
@@ -124,10 +124,12 @@ def test_ranks_job_two_processes(gcs):
 
 def test_png_written(tmp_path):
     rows = [
-        report.Row(report.SIMULATED, x, arm, {"decode": x * 1e-3, "plan": 1e-3}, 10, 0, 100)
+        scaling_report.Row(
+            scaling_report.SIMULATED, x, arm, {"decode": x * 1e-3, "plan": 1e-3}, 10, 0, 100
+        )
         for x in (64, 256)
         for arm in (GCSCKPT, STOCK)
     ]
-    path = report.write_png(rows, tmp_path / "scaling.png")
+    path = scaling_report.write_png(rows, tmp_path / "scaling.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "simulated ranks" in report.exponent_table(report.exponents(rows))
+    assert "simulated ranks" in scaling_report.exponent_table(scaling_report.exponents(rows))

@@ -18,8 +18,8 @@ from ckptbench.publish.schema import column_names, load_columns, validate_rows
 from ckptbench.publish.train_table import train_markdown
 from ckptbench.record.case_result import RunContext
 from ckptbench.record.host import collect_host_facts
-from ckptbench.train.jobs import TrainJob
 from ckptbench.train.run import TrainSettings, round_failure, run_training, training_rows
+from ckptbench.train.train_jobs import TrainJob
 from gcsckpt.io import ObjectStore
 from gcsckpt.testing import LocalGCS
 from tests.bench import train_ranks

@@ -1,4 +1,4 @@
-"""Rank results (worker.jobs): a save's separate verification joined rank by rank."""
+"""Rank results (worker.case_jobs): a save's separate verification joined rank by rank."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 from ckptbench.harness.job import RankFailure
 from ckptbench.record.case_result import RankSave
-from ckptbench.worker.jobs import RankRound, RankSaveResult, with_verification
+from ckptbench.worker.case_jobs import RankRound, RankSaveResult, with_verification
 
 
 def _save_measures(rank: int, start: float) -> RankSave:

@@ -4,7 +4,7 @@ A job is a picklable description (no torch) of work that every rank of a world d
 save, a training round, a cold restart. It names its rank entry as ``"module:function"``
 (``Job.entry``), a module-level function ``fn(job, report) -> result`` that runs on each rank
 with the process group joined (``report(phase, completed, total)`` sends progress lines to the
-launcher, see ``harness.progress``). Naming it keeps the job modules free of torch and of the
+launcher, see ``harness.rank_progress``). Naming it keeps the job modules free of torch and of the
 modules that run them (no import circle between a job and its rank code).
 
 ``run_job`` runs a job's entry on this rank, turns a raised error into a ``RankFailure`` and
@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Protocol
 import torch.distributed as dist
 from torch.distributed.checkpoint.api import CheckpointException
 
-from ckptbench.harness.progress import rank_reporter
+from ckptbench.harness.rank_progress import rank_reporter
 
 _ERROR_CHARS = 600  # characters of one rank's error kept in messages
 

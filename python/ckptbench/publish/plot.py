@@ -25,7 +25,7 @@ from ckptbench.publish.train_table import LOST
 from ckptbench.record.columns import (
     CLIENT_CPU_PER_GB_COLUMN,
     ENDPOINT_CPU_PER_GB_COLUMN,
-    THROUGHPUT_COLUMN,
+    rate_columns,
 )
 from ckptbench.roles import LOCALFS
 
@@ -162,15 +162,12 @@ def build_throughput_figure(
 
         def value(arm: str, case: str = case) -> tuple[float, float, float] | None:
             row = lookup.get((case, arm))
-            mean = _ok(row, THROUGHPUT_COLUMN)
+            rates = rate_columns(row or {})
+            mean = _ok(row, rates.mean)
             if mean is None:
                 return None
-            low = (
-                row.get("checkpoint_read_throughput_min_bytes_per_second") or row[THROUGHPUT_COLUMN]
-            )
-            high = (
-                row.get("checkpoint_read_throughput_max_bytes_per_second") or row[THROUGHPUT_COLUMN]
-            )
+            low = row.get(rates.stat("min")) or mean
+            high = row.get(rates.stat("max")) or mean
             return mean / _MB, low / _MB, high / _MB
 
         _bar_panel(

@@ -4,7 +4,8 @@ fraction of the download ceiling, client and endpoint CPU per GB, storage bytes 
 byte), a save table when saves ran (where a save's time goes, whole ``dcp.save`` against its
 data phase, CPU per GB, and each rank's memory) and a detail table (timings, requests,
 amplification, resources per row). Save rows (case ids ``save-...``) sit in the summary and
-detail tables too, their throughput being bytes written per second of the whole ``dcp.save``.
+detail tables too, their throughput being bytes written per second of the whole ``dcp.save``
+(``checkpoint_write_throughput_*``; a load row's is ``checkpoint_read_throughput_*``).
 Reference arms (``localfs``) are shown, never counted as peers.
 
 Throughput is shown in MB/s (10**6 bytes per second), the unit of the design notes.
@@ -19,24 +20,19 @@ from typing import Any, TextIO
 from ckptbench.publish.markdown import MISSING, markdown_table, number_cell
 from ckptbench.record.case_result import SCENARIO_READ, SCENARIO_WRITE
 from ckptbench.record.columns import (
-    CEILING_RATIO_COLUMN,
     CLIENT_CPU_PER_GB_COLUMN,
     DATA_PHASE_THROUGHPUT_COLUMN,
     ENDPOINT_CPU_PER_GB_COLUMN,
+    READ,
     STORAGE_RATIO_COLUMN,
-    THROUGHPUT_COLUMN,
+    rate_columns,
+    throughput,
 )
 from ckptbench.record.compare import best_peer, is_peer
 
 Row = Mapping[str, Any]
 _MB = 1e6
 _MiB = 2**20
-
-
-def _throughput(row: Row | None) -> float | None:
-    if row is None or row.get("status") != "ok":
-        return None
-    return row.get(THROUGHPUT_COLUMN)
 
 
 def reader_order(rows: Sequence[Row], candidate: str, baseline: str) -> list[str]:
@@ -50,7 +46,7 @@ def throughput_ratio(rows: Sequence[Row], case: str, candidate: str, baseline: s
     """Candidate mean throughput ÷ baseline mean throughput for ``case``; None if either is
     missing, failed or zero."""
     by_reader = {r["workload_implementation"]: r for r in rows if r["benchmark_case_id"] == case}
-    top, bottom = _throughput(by_reader.get(candidate)), _throughput(by_reader.get(baseline))
+    top, bottom = throughput(by_reader.get(candidate)), throughput(by_reader.get(baseline))
     if top is None or not bottom:
         return None
     return top / bottom
@@ -59,7 +55,7 @@ def throughput_ratio(rows: Sequence[Row], case: str, candidate: str, baseline: s
 def peer_ratio(rows: Sequence[Row], case: str, candidate: str, baseline: str) -> str:
     """``4.5x (msc)``: the candidate's mean throughput over the best peer's on ``case``, naming
     the peer; ``n/a`` when the candidate or every peer failed or is missing."""
-    top = _throughput(
+    top = throughput(
         next(
             (
                 r
@@ -72,7 +68,7 @@ def peer_ratio(rows: Sequence[Row], case: str, candidate: str, baseline: str) ->
     peer = best_peer(rows, case, candidate, baseline)
     if top is None or peer is None:
         return MISSING
-    return f"{top / peer[THROUGHPUT_COLUMN]:.1f}x ({peer['workload_implementation']})"
+    return f"{top / throughput(peer):.1f}x ({peer['workload_implementation']})"
 
 
 def summary_table(
@@ -113,14 +109,14 @@ def summary_table(
             elif row.get("status") != "ok":
                 cells.append("failed")
             else:
-                cells.append(number_cell(row.get(THROUGHPUT_COLUMN), ".1f", _MB))
+                cells.append(number_cell(throughput(row), ".1f", _MB))
         ratio = throughput_ratio(rows, case, candidate, baseline)
         cells.append(MISSING if ratio is None else f"{ratio:.1f}x")
         if peers:
             cells.append(peer_ratio(rows, case, candidate, baseline))
         if ceilings:
             ceiling = ceilings.get(case)
-            top = _throughput(by_reader.get(candidate))
+            top = throughput(by_reader.get(candidate))
             cells.append(number_cell(ceiling, ".1f", _MB))
             cells.append(MISSING if ceiling is None or top is None else f"{top / ceiling:.2f}")
         body.append([case, *cells])
@@ -187,11 +183,11 @@ def save_table(
         by_writer = {
             r["workload_implementation"]: r for r in saves if r["benchmark_case_id"] == case
         }
-        ours = _throughput(by_writer.get(candidate))
+        ours = throughput(by_writer.get(candidate))
         ceiling = ceilings.get(case)
         for writer in (w for w in order if w in by_writer):
             row = by_writer[writer]
-            whole = _throughput(row)
+            whole = throughput(row)
             data = row.get(DATA_PHASE_THROUGHPUT_COLUMN) if whole is not None else None
             within = row.get("save_rss_peak_within_bound")
             body.append(
@@ -256,8 +252,8 @@ def load_table(rows: Sequence[Row], candidate: str = "gcsckpt", baseline: str = 
                     reader,
                     row.get("status", MISSING),
                     number_cell(row.get("round_duration_mean_seconds"), ".2f"),
-                    number_cell(_throughput(row), ".1f", _MB),
-                    number_cell(row.get(CEILING_RATIO_COLUMN), ".2f"),
+                    number_cell(throughput(row), ".1f", _MB),
+                    number_cell(row.get(READ.ratio("ceiling")), ".2f"),
                     number_cell(row.get(CLIENT_CPU_PER_GB_COLUMN), ".2f"),
                     number_cell(row.get(ENDPOINT_CPU_PER_GB_COLUMN), ".2f"),
                     number_cell(row.get(STORAGE_RATIO_COLUMN), ".2f"),
@@ -333,7 +329,7 @@ def detail_table(rows: Sequence[Row]) -> str:
                 number_cell(row.get("round_duration_mean_seconds"), ".2f"),
                 number_cell(row.get("round_duration_p50_seconds"), ".2f"),
                 number_cell(row.get("round_duration_p99_seconds"), ".2f"),
-                number_cell(row.get(THROUGHPUT_COLUMN), ".1f", _MB),
+                number_cell(row.get(rate_columns(row).mean), ".1f", _MB),
                 number_cell(row.get("dcp_read_items_per_rank_max"), "d"),
                 number_cell(row.get("read_request_count_per_rank_max"), "d"),
                 number_cell(row.get("read_amplification_ratio"), ".3f"),

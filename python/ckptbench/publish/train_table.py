@@ -3,7 +3,7 @@ training time lost per checkpoint as ratios to the floor (localfs), to the best 
 lowest of the msc / dataflux modes) and to stock (fsspec-sync), and client CPU per GB beside
 the floor's; and, where both ran, the node-local tier's cost (``gcsckpt+local-<mode>`` against
 ``gcsckpt-<mode>``, lost time per checkpoint on vs off). Reads the rows only
-(``ckptbench.train.rows``), so any results.json can be tabulated again.
+(``ckptbench.train.train_rows``), so any results.json can be tabulated again.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ckptbench.range_read import rows as report
+from ckptbench.range_read import range_rows
 from ckptbench.range_read.clients import (
     CeilingClient,
     GcsChunksClient,
@@ -99,7 +99,7 @@ def measure(
     rounds: int,
     params: list[dict] | None = None,
     group: str | None = None,
-) -> list[report.Row]:
+) -> list[range_rows.Row]:
     """One warm-up GET per client, then `rounds` rounds in which every client reads
     `range_set` in turn (interleaved, so load from other processes hits all alike). Every
     round's bytes are checked against `source`."""
@@ -122,7 +122,7 @@ def measure(
             run["ok"] = run["ok"] and client.check(rs, ds, source)
     rows = []
     for i, (client, run, rs) in enumerate(zip(clients, runs, sets, strict=True)):
-        row = report.Row(
+        row = range_rows.Row(
             endpoint=endpoint,
             group=group or range_set.label,
             range_size=rs.label,
@@ -149,7 +149,7 @@ def measure(
 
 def measure_all(
     endpoint, factories, range_set, dests, source, rounds, params=None, group=None
-) -> list[report.Row]:
+) -> list[range_rows.Row]:
     """Builds the clients that fit `range_set`, measures them interleaved, closes them."""
     clients, kept_params = [], []
     try:
@@ -189,7 +189,7 @@ def client_factories(s: Settings, endpoint: str) -> list[Callable[[], object]]:
     return out
 
 
-def run_endpoint(s: Settings, name: str, endpoint: str, source) -> list[report.Row]:
+def run_endpoint(s: Settings, name: str, endpoint: str, source) -> list[range_rows.Row]:
     """Every range-size group on one endpoint, each with the ceiling timed in the same rounds."""
     rows = []
     max_ranges = s.max_ranges_plain if name == "plain" else s.max_ranges_modelled
@@ -205,7 +205,7 @@ def ceiling_factory(s: Settings, endpoint: str) -> Callable[[], object]:
     return lambda: CeilingClient(endpoint, BUCKET, OBJECT, whole, s.ceiling_concurrency)
 
 
-def run_tuning(s: Settings, name: str, endpoint: str, source) -> list[report.Row]:
+def run_tuning(s: Settings, name: str, endpoint: str, source) -> list[range_rows.Row]:
     """Sweeps the reader's tuning options (the sweeps behind the defaults of gcsckpt.io.defaults;
     figures: docs/measurements.md, "Tuning constants"). Each sweep is one interleaved group with
     the ceiling."""
@@ -213,7 +213,7 @@ def run_tuning(s: Settings, name: str, endpoint: str, source) -> list[report.Row
     def reader(conc: int, **options):
         return lambda: ReaderClient(endpoint, BUCKET, OBJECT, conc, **options)
 
-    def sweep(label, range_set, factories, params) -> list[report.Row]:
+    def sweep(label, range_set, factories, params) -> list[range_rows.Row]:
         factories = [ceiling_factory(s, endpoint), *factories]
         params = [{}, *params]
         dests = make_dests(range_set)
@@ -277,14 +277,14 @@ def run(s: Settings, output: str) -> dict:
                 rows += run_endpoint(s, label, modelled.endpoint, source)
                 if s.tune:
                     tuning += run_tuning(s, label, modelled.endpoint, source)
-    report.add_ratios(rows)
-    report.add_ratios(tuning)
-    print(report.format_table("range reads (MB/s of useful bytes)", rows), flush=True)
+    range_rows.add_ratios(rows)
+    range_rows.add_ratios(tuning)
+    print(range_rows.format_table("range reads (MB/s of useful bytes)", rows), flush=True)
     if tuning:
-        print("\n" + report.format_table("reader tuning sweep", tuning), flush=True)
+        print("\n" + range_rows.format_table("reader tuning sweep", tuning), flush=True)
     settings = dataclasses.asdict(s)
     settings["seconds_total"] = time.perf_counter() - started
-    report.write_json(output, settings, host, rows, tuning)
+    range_rows.write_json(output, settings, host, rows, tuning)
     log(f"wrote {output} ({settings['seconds_total']:.0f} s)")
     if not all(r.verified for r in rows + tuning):
         raise RuntimeError("some reads returned wrong bytes: see the 'ok' column")

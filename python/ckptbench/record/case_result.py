@@ -1,8 +1,10 @@
-"""What the runner measured for one (case, reader) pair: the input of ``metrics.case_row``.
+"""What the runner measured for one (case, arm) pair, the input of ``metrics.case_row``: a
+``CaseResult`` for a reader's timed loads, a ``SaveResult`` for a writer's timed saves.
 
 All times are seconds; round start/end stamps are Unix-epoch seconds (``time.time()``) taken by
-each rank right before and right after its ``dcp.load``, so the round duration is the last rank's
-end minus the first rank's start. Byte counts are bytes. Nothing here talks to GCS or torch.
+each rank right before and right after its ``dcp.load`` (a save's: ``dcp.save``), so the round
+duration is the last rank's end minus the first rank's start. Byte counts are bytes. Nothing here
+talks to GCS or torch.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import dataclasses
 import datetime
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ckptbench.record.host import HostFacts
 from ckptbench.record.resources import ResourceUsage
@@ -290,9 +292,43 @@ class RoundRecord:
         return max(save.data_s for save in self.rank_saves)
 
 
+def _check_outcome(
+    where: str,
+    case: CaseInfo,
+    status: str,
+    error_message: str | None,
+    rounds: Sequence[RoundRecord],
+    size: int | None,
+) -> None:
+    """The checks a load and a save result share (``where`` names the case and arm).
+
+    Raises:
+      ValueError: a status other than ok/failed, a failed result without a message or an ok one
+        with a message or without rounds, a round of another world size, or a size that is not
+        an int >= 0.
+    """
+    if status not in (STATUS_OK, STATUS_FAILED):
+        raise ValueError(f"{where}: status must be 'ok' or 'failed', got {status!r}")
+    if status == STATUS_FAILED and not error_message:
+        raise ValueError(f"{where}: a failed result needs an error_message")
+    if status == STATUS_OK and error_message:
+        raise ValueError(f"{where}: an ok result cannot carry error {error_message!r}")
+    if status == STATUS_OK and not rounds:
+        raise ValueError(f"{where}: an ok result needs at least one round")
+    for index, record in enumerate(rounds):
+        if len(record.rank_start_unix_s) != case.dims.world_size:
+            raise ValueError(
+                f"{where}: round {index} has {len(record.rank_start_unix_s)} ranks, "
+                f"world_size is {case.dims.world_size}"
+            )
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+        raise ValueError(f"{where}: checkpoint_physical_size_bytes must be an int >= 0")
+
+
 @dataclasses.dataclass(frozen=True)
 class CaseResult:
-    """Everything measured for one case under one reader.
+    """Everything measured for one load case (``load-...``) under one reader: its rounds time
+    ``dcp.load``. A save's results are a ``SaveResult``.
 
     Attributes:
       case: the case.
@@ -304,11 +340,11 @@ class CaseResult:
       checkpoint_physical_size_bytes: stored bytes of the checkpoint's objects (.distcp and
         .metadata).
       checkpoint_object_count: number of those objects.
-      reader_options: the reader's settings (JSON-serializable values).
+      reader_options: the reader's settings (JSON-serializable values); ``reader_options_json``.
       resources: process-tree CPU/memory/network during the timed rounds.
-      scenario: ``checkpoint_read`` (rounds time loads, ``reader`` is a reader) or
-        ``checkpoint_write`` (rounds time saves, ``reader`` names the writer, the physical size
-        is what one save wrote, and ``reader_options`` are the writer's settings).
+
+    Raises:
+      ValueError: an empty reader name, or a check of ``_check_outcome`` failed.
     """
 
     case: CaseInfo
@@ -321,31 +357,84 @@ class CaseResult:
     checkpoint_object_count: int | None = None
     reader_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     resources: ResourceUsage | None = None
-    scenario: str = SCENARIO_READ
+
+    scenario: ClassVar[str] = SCENARIO_READ
 
     def __post_init__(self) -> None:
-        where = f"case {self.case.name!r} reader {self.reader!r}"
-        if self.scenario not in (SCENARIO_READ, SCENARIO_WRITE):
-            raise ValueError(f"{where}: unknown scenario {self.scenario!r}")
         if not self.reader:
             raise ValueError(f"case {self.case.name!r}: reader name is empty")
-        if self.status not in (STATUS_OK, STATUS_FAILED):
-            raise ValueError(f"{where}: status must be 'ok' or 'failed', got {self.status!r}")
-        if self.status == STATUS_FAILED and not self.error_message:
-            raise ValueError(f"{where}: a failed result needs an error_message")
-        if self.status == STATUS_OK and self.error_message:
-            raise ValueError(f"{where}: an ok result cannot carry error {self.error_message!r}")
-        if self.status == STATUS_OK and not self.rounds:
-            raise ValueError(f"{where}: an ok result needs at least one round")
-        for index, record in enumerate(self.rounds):
-            if len(record.rank_start_unix_s) != self.case.dims.world_size:
-                raise ValueError(
-                    f"{where}: round {index} has {len(record.rank_start_unix_s)} ranks, "
-                    f"world_size is {self.case.dims.world_size}"
-                )
-        size = self.checkpoint_physical_size_bytes
-        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
-            raise ValueError(f"{where}: checkpoint_physical_size_bytes must be an int >= 0")
+        where = f"case {self.case.name!r} reader {self.reader!r}"
+        _check_outcome(
+            where,
+            self.case,
+            self.status,
+            self.error_message,
+            self.rounds,
+            self.checkpoint_physical_size_bytes,
+        )
+
+    @property
+    def implementation(self) -> str:
+        """The arm's name (``workload_implementation``): the reader."""
+        return self.reader
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveResult:
+    """Everything measured for one save case (``save-...``) under one writer: its rounds time
+    ``dcp.save``, each save verified by loading it back with the stock reader.
+
+    Attributes:
+      case: the case (named ``save-...``).
+      writer: writer name (``gcsckpt``, ``msc``, ``localfs`` ...); becomes
+        ``workload_implementation``.
+      rounds: the completed timed saves, in order (``RoundRecord.rank_saves``: each rank's
+        memory and phase measures).
+      status: ``ok`` or ``failed``.
+      error_message: why the case failed (required when failed, None when ok).
+      checksums_verified: every save loaded back with the checksums of the state it saved.
+      checkpoint_physical_size_bytes: bytes one save left in storage (every object of its
+        folder, ``.metadata`` included); None when unknown.
+      writer_options: the writer's settings (JSON-serializable values); ``writer_options_json``.
+      resources: process-tree CPU/memory/network during the timed saves.
+
+    Raises:
+      ValueError: an empty writer name, or a check of ``_check_outcome`` failed.
+    """
+
+    case: CaseInfo
+    writer: str
+    rounds: Sequence[RoundRecord] = ()
+    status: str = STATUS_OK
+    error_message: str | None = None
+    checksums_verified: bool = False
+    checkpoint_physical_size_bytes: int | None = None
+    writer_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    resources: ResourceUsage | None = None
+
+    scenario: ClassVar[str] = SCENARIO_WRITE
+
+    def __post_init__(self) -> None:
+        if not self.writer:
+            raise ValueError(f"case {self.case.name!r}: writer name is empty")
+        where = f"case {self.case.name!r} writer {self.writer!r}"
+        _check_outcome(
+            where,
+            self.case,
+            self.status,
+            self.error_message,
+            self.rounds,
+            self.checkpoint_physical_size_bytes,
+        )
+
+    @property
+    def implementation(self) -> str:
+        """The arm's name (``workload_implementation``): the writer."""
+        return self.writer
+
+
+# What the load and save benchmark measures for one (case, arm) pair.
+ArmOutcome = CaseResult | SaveResult
 
 
 @dataclasses.dataclass(frozen=True)

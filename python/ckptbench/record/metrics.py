@@ -1,13 +1,15 @@
-"""Turns one CaseResult into one flat result row (the columns of bigquery_schema.json); the
-comparisons between rows (ratios to the baseline, peers, reference, ceiling) are ``compare``'s,
-a save's memory and phase columns ``save_columns``'.
+"""Turns one CaseResult (loads) or SaveResult (saves) into one flat result row (the columns of
+bigquery_schema.json); the comparisons between rows (ratios to the baseline, peers, reference,
+ceiling) are ``compare``'s, a save's memory and phase columns ``save_columns``'.
 
 Column names follow the gcsfs subsystem benchmarks where they overlap (fsspec/gcsfs,
 cloudbuild/subsystembenchmarks/subsystembenchmarks_schema.json: ``round_duration_p99_seconds``,
 ``checkpoint_read_throughput_mean_bytes_per_second``, ``dcp_read_items_per_rank_max``,
 ``cpu_usage_peak_cores`` ...), so rows can land in the same BigQuery tables. Like gcsfs, the mean
 throughput is the mean of per-round throughputs, and the reader's name is
-``workload_implementation``.
+``workload_implementation``. Save rows mirror the read throughput columns as
+``checkpoint_write_throughput_*`` (``columns.WRITE``), the writer's name being their
+``workload_implementation`` and its settings ``writer_options_json``.
 
 Every row carries every column; a value the run could not measure is None (null), never a guess.
 Rows hold only str, int, float, bool and None, so they serialize to JSON, CSV and BigQuery as is.
@@ -25,24 +27,25 @@ import numpy as np
 
 from ckptbench.record.case_result import (
     COUNT_FIELDS,
-    SCENARIO_WRITE,
     SECONDS_FIELDS,
     STATUS_OK,
+    ArmOutcome,
     CaseResult,
     RoundRecord,
     RunContext,
+    SaveResult,
 )
 from ckptbench.record.columns import (
     CEILING_COLUMN,
-    CEILING_RATIO_COLUMN,
     CLIENT_CPU_PER_GB_COLUMN,
     ENDPOINT_CPU_PER_GB_COLUMN,
-    PEER_RATIO_COLUMN,
-    RATIO_COLUMN,
-    REFERENCE_RATIO_COLUMN,
+    RATE_STATS,
+    READ,
     STORAGE_RATIO_COLUMN,
     TRAIN_COLUMNS,
     WORKLOAD_FAMILY,
+    WRITE,
+    RateColumns,
 )
 from ckptbench.record.host import HostFacts
 from ckptbench.record.resources import ResourceUsage
@@ -82,27 +85,41 @@ def round_duration_columns(durations: Sequence[float]) -> Row:
     return row
 
 
-def throughput_columns(durations: Sequence[float], bytes_per_round: int | None) -> Row:
-    """Per-round throughput ``bytes_per_round / duration`` (bytes/s): mean, min, max, p50/p90/p99.
+def throughput_columns(
+    durations: Sequence[float], bytes_per_round: int | None, rates: RateColumns = READ
+) -> Row:
+    """Per-round throughput ``bytes_per_round / duration`` (bytes/s) in ``rates``' columns
+    (``READ``: ``checkpoint_read_throughput_*``, ``WRITE``: ``checkpoint_write_throughput_*``):
+    mean, min, max, p50/p90/p99.
 
     All None when the size is unknown, there are no rounds, or a round took zero seconds.
     """
-    names = ["mean", "min", "max", "p50", "p90", "p99"]
-    columns = {f"checkpoint_read_throughput_{n}_bytes_per_second": None for n in names}
+    columns: Row = {rates.stat(n): None for n in RATE_STATS}
     if bytes_per_round is None or not durations or min(durations) <= 0:
         return columns
-    rates = bytes_per_round / np.asarray(durations, dtype=np.float64)
+    values = bytes_per_round / np.asarray(durations, dtype=np.float64)
     columns.update(
         {
-            "checkpoint_read_throughput_mean_bytes_per_second": float(rates.mean()),
-            "checkpoint_read_throughput_min_bytes_per_second": float(rates.min()),
-            "checkpoint_read_throughput_max_bytes_per_second": float(rates.max()),
+            rates.stat("mean"): float(values.mean()),
+            rates.stat("min"): float(values.min()),
+            rates.stat("max"): float(values.max()),
         }
     )
     for q in (50, 90, 99):
-        columns[f"checkpoint_read_throughput_p{q}_bytes_per_second"] = float(
-            np.percentile(rates, q)
-        )
+        columns[rates.stat(f"p{q}")] = float(np.percentile(values, q))
+    return columns
+
+
+def rate_columns_of(
+    rates: RateColumns, durations: Sequence[float], bytes_per_round: int | None
+) -> Row:
+    """Both scenarios' rate columns of one row: ``rates``' throughput (``throughput_columns``)
+    with its ratios None (``compare`` fills them in), and every column of the other scenario
+    None (a load row has no write throughput, a save row no read throughput)."""
+    columns: Row = {}
+    for scenario in (READ, WRITE):
+        columns.update(dict.fromkeys(scenario.all))
+    columns.update(throughput_columns(durations, bytes_per_round, rates))
     return columns
 
 
@@ -275,32 +292,48 @@ def run_columns(run: RunContext) -> Row:
     }
 
 
-def case_row(result: CaseResult, run: RunContext) -> Row:
-    """The flat result row of one case under one reader.
+def case_row(result: ArmOutcome, run: RunContext) -> Row:
+    """The flat result row of one case under one arm: a reader's loads (``CaseResult``,
+    ``checkpoint_read``) or a writer's saves (``SaveResult``, ``checkpoint_write``).
 
-    Throughput per round is ``checkpoint_physical_size_bytes × checkpoint_read_count ÷ round
-    duration`` with ``checkpoint_read_count = data_parallel_replicate_size`` (each replica group
-    reads the whole checkpoint). A save row (``checkpoint_write``) uses the same columns with
-    the bytes one save wrote and a count of 1 (replicated entries are written once). For a
-    failed result the round-duration and throughput columns are None (its timings are not a
-    valid measurement) while counters and resources stay, for diagnosis.
-    ``rank_counters_json`` holds the last round's per-rank counters; a save row also has the
-    ranks' memory and phase columns (``save_columns.save_columns``) and ``rank_saves_json``,
-    the last round's per-rank RankSave measures.
+    Load throughput per round, in the ``checkpoint_read_throughput_*`` columns, is
+    ``checkpoint_physical_size_bytes × checkpoint_read_count ÷ round duration`` with
+    ``checkpoint_read_count = data_parallel_replicate_size`` (each replica group reads the whole
+    checkpoint); ``reader_options_json`` holds the reader's settings. Save throughput per round,
+    in the ``checkpoint_write_throughput_*`` columns, is the bytes one save wrote (replicated
+    entries are written once) ÷ round duration; ``writer_options_json`` holds the writer's
+    settings, and the save row also has the ranks' memory and phase columns
+    (``save_columns.save_columns``) and ``rank_saves_json``, the last round's per-rank RankSave
+    measures. Each row leaves the other scenario's columns null (a save row's
+    ``checkpoint_read_count``, reader counters, ``rank_counters_json`` and ``reader_options_json``
+    included). For a failed result the round-duration and throughput columns are None (its
+    timings are not a valid measurement) while counters and resources stay, for diagnosis.
+    ``rank_counters_json`` holds a load's last round's per-rank counters.
 
     Raises:
-      ValueError: reader options that are not JSON-serializable.
+      ValueError: arm options that are not JSON-serializable.
+      TypeError: ``result`` is neither a CaseResult nor a SaveResult.
     """
+    if isinstance(result, SaveResult):
+        rates, options, read_count = WRITE, result.writer_options, None
+        bytes_factor = 1
+    elif isinstance(result, CaseResult):
+        rates, options = READ, result.reader_options
+        read_count = bytes_factor = result.case.dims.dp_replicate
+    else:
+        raise TypeError(f"case_row takes a CaseResult or SaveResult, got {type(result).__name__}")
     case = result.case
+    arm = result.implementation
     ok = result.status == STATUS_OK
     rounds = list(result.rounds)
     durations = [r.duration_s for r in rounds] if ok else []
-    read_count = 1 if result.scenario == SCENARIO_WRITE else case.dims.dp_replicate
     size = result.checkpoint_physical_size_bytes
-    bytes_per_round = None if size is None else size * read_count
-    last_counters = rounds[-1].rank_counters if rounds else None
+    bytes_per_round = None if size is None else size * bytes_factor
+    saving = rates is WRITE
+    counted = [] if saving else rounds  # reader counters: a save row's stay null
+    last_counters = counted[-1].rank_counters if counted else None
     last_saves = rounds[-1].rank_saves if rounds else None
-    counters = counter_columns(rounds)
+    counters = counter_columns(counted)
     moved = None if bytes_per_round is None or not ok else bytes_per_round * len(rounds)
 
     row: Row = {
@@ -308,7 +341,7 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         "benchmark_case_id": case.name,
         "workload_family": WORKLOAD_FAMILY,
         "workload_scenario": result.scenario,
-        "workload_implementation": result.reader,
+        "workload_implementation": arm,
         "config_sweep_axis": case.sweep_axis,
         "model_id": case.model_id,
         "model_scale": case.model_scale,
@@ -319,11 +352,11 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
         "status": result.status,
         "error_message": result.error_message,
         "checksums_verified": bool(result.checksums_verified),
-        "reader_options_json": _json_text(
-            dict(result.reader_options), f"reader options of {result.reader!r}"
-        ),
+        READ.options: None,
+        WRITE.options: None,
+        rates.options: _json_text(dict(options), f"{rates.options} of {arm!r}"),
         "checkpoint_physical_size_bytes": size,
-        "checkpoint_object_count": result.checkpoint_object_count,
+        "checkpoint_object_count": None if saving else result.checkpoint_object_count,
         "checkpoint_read_count": read_count,
         "measurement_round_count": len(rounds),
         "measurement_window_start_unix_seconds": (
@@ -333,19 +366,13 @@ def case_row(result: CaseResult, run: RunContext) -> Row:
             math.ceil(max(max(r.rank_end_unix_s) for r in rounds)) if rounds else None
         ),
         **round_duration_columns(durations),
-        **throughput_columns(durations, bytes_per_round),
-        RATIO_COLUMN: None,
+        **rate_columns_of(rates, durations, bytes_per_round),
         "baseline_implementation": None,
-        PEER_RATIO_COLUMN: None,
         "best_peer_implementation": None,
-        REFERENCE_RATIO_COLUMN: None,
         "reference_implementation": None,
         CEILING_COLUMN: None,
-        CEILING_RATIO_COLUMN: None,
         **counters,
-        STORAGE_RATIO_COLUMN: (
-            None if result.scenario == SCENARIO_WRITE else storage_ratio(counters, size)
-        ),
+        STORAGE_RATIO_COLUMN: None if saving else storage_ratio(counters, size),
         "rank_counters_json": (
             None
             if last_counters is None

@@ -22,8 +22,8 @@ from ckptbench.harness.launch import JobError, SpawnLauncher
 from ckptbench.harness.rounds import interleave
 from ckptbench.publish.markdown import markdown_table
 from ckptbench.resume import rank
-from ckptbench.resume.jobs import RestartJob, SaveStateJob
 from ckptbench.resume.listing import split_url
+from ckptbench.resume.restart_jobs import RestartJob, SaveStateJob
 
 # gcsckpt from GCS, gcsckpt's manager from the node-local tier, the stock FsspecReader over gcsfs
 READERS = ("gcsckpt", rank.LOCAL_ARM, "fsspec")

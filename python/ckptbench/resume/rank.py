@@ -30,11 +30,11 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-from ckptbench.resume.jobs import RestartJob, SaveStateJob
 from ckptbench.resume.listing import list_names, split_url
+from ckptbench.resume.restart_jobs import RestartJob, SaveStateJob
 from ckptbench.worker import arms
-from ckptbench.worker.jobs import SAVE_SEED
-from ckptbench.worker.planner import counting_planner_for
+from ckptbench.worker.case_jobs import SAVE_SEED
+from ckptbench.worker.counting_planner import counting_planner_for
 from ckptbench.workloads.models.builder import build_meta_model
 from ckptbench.workloads.models.state import (
     app_state_dict,

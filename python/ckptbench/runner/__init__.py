@@ -6,6 +6,6 @@ ceilings, publishing), ``case_run`` (one case: setup once, timed rounds per read
 sampled), ``ceilings`` (the endpoint's raw upload and download ceilings), ``notes`` (the rounds
 note and the job-time table), ``storage`` (local endpoint, emulator or real bucket),
 ``bucket_type`` (the bucket type in case names), ``manifest`` (checkpoint reuse),
-``case_verdict`` (the ranks' answers -> one ``CaseResult``, ok or failed). Rank processes are
-started by ``harness.launch``.
+``case_verdict`` (the ranks' answers -> one ``CaseResult`` or ``SaveResult``, ok or failed).
+Rank processes are started by ``harness.launch``.
 """

@@ -31,12 +31,12 @@ from rich.console import Console
 from ckptbench.cases.catalogue import Case
 from ckptbench.harness.launch import SpawnLauncher
 from ckptbench.harness.local_ranks import backend_for
-from ckptbench.publish.report import PublishedReport, publish_report
+from ckptbench.publish.run_report import PublishedReport, publish_report
 from ckptbench.publish.train_table import print_train_table
-from ckptbench.record.case_result import CaseResult, RunContext
+from ckptbench.record.case_result import SCENARIO_READ, SCENARIO_WRITE, ArmOutcome, RunContext
 from ckptbench.record.host import collect_host_facts
 from ckptbench.record.metrics import case_row
-from ckptbench.record.progress import ProgressDisplay
+from ckptbench.record.progress_display import ProgressDisplay
 from ckptbench.roles import BASELINE, CANDIDATE
 from ckptbench.runner.case_run import CaseRun
 from ckptbench.runner.ceilings import download_ceiling, upload_ceiling
@@ -55,18 +55,19 @@ class RunOutcome:
     Attributes:
       run_id: the invocation's id (also its output folder's name by default).
       output_dir: where results.json/.csv and the PNG are.
-      results: one CaseResult per (case, reader), in run order.
+      results: one CaseResult per (case, reader) and one SaveResult per (save case, writer),
+        in run order.
       report: the published report (rows with ratios, file paths, Markdown); None off rank 0.
     """
 
     run_id: str
     output_dir: Path
-    results: list[CaseResult]
+    results: list[ArmOutcome]
     report: PublishedReport | None
 
     @property
-    def failures(self) -> list[CaseResult]:
-        """The (case, reader) results that failed."""
+    def failures(self) -> list[ArmOutcome]:
+        """The (case, arm) results that failed."""
         return [r for r in self.results if r.status != "ok"]
 
 
@@ -151,7 +152,7 @@ def run_benchmark(
         if launcher.is_leader
         else _QuietDisplay()
     )
-    results: list[CaseResult] = []
+    results: list[ArmOutcome] = []
     with storage, display if launcher.is_leader else contextlib.nullcontext():
         run = CaseRun(config, storage, launcher, display, out)
         run.say(
@@ -161,12 +162,12 @@ def run_benchmark(
             results.extend(run.case(case))
         trained = _training_phase(run, config, storage)
         ceilings = None
-        save_cases = [r.case.name for r in results if r.scenario == "checkpoint_write"]
+        save_cases = [r.case.name for r in results if r.scenario == SCENARIO_WRITE]
         if save_cases and launcher.is_leader:
             ceiling = upload_ceiling(run.say, config, storage)
             if ceiling is not None:
                 ceilings = dict.fromkeys(save_cases, ceiling)
-        load_cases = [r.case.name for r in results if r.scenario == "checkpoint_read"]
+        load_cases = [r.case.name for r in results if r.scenario == SCENARIO_READ]
         if load_cases and launcher.is_leader:
             ceiling = download_ceiling(run.say, config, storage)
             if ceiling is not None:

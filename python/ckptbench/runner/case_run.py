@@ -2,7 +2,7 @@
 (a setup job when no reusable one is), every reader's timed rounds, then every writer's timed
 saves, arms interleaved per round (``harness.rounds.interleave``), each round a job on fresh rank
 processes with the process tree's CPU and memory sampled over its timed windows; the ranks'
-answers become one CaseResult per arm (``case_verdict``).
+answers become one CaseResult per reader and one SaveResult per writer (``case_verdict``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ckptbench.cases.catalogue import Case
 from ckptbench.harness.job import RankFailure
 from ckptbench.harness.launch import JobError
 from ckptbench.harness.rounds import interleave
-from ckptbench.record.case_result import CaseInfo, CaseResult
+from ckptbench.record.case_result import ArmOutcome, CaseInfo, CaseResult, SaveResult
 from ckptbench.record.resources import ResourceSampler, merge_usage
 from ckptbench.roles import LOCALFS
 from ckptbench.runner.case_verdict import (
@@ -34,7 +34,7 @@ from ckptbench.runner.manifest import (
 )
 from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker import arms
-from ckptbench.worker.jobs import (
+from ckptbench.worker.case_jobs import (
     SAVE_SEED,
     LoadJob,
     SaveJob,
@@ -241,8 +241,8 @@ class CaseRun:
 
     def saves(
         self, case: Case, info: CaseInfo, spec: Storage, checkpoint_bytes: int | None = None
-    ) -> list[CaseResult]:
-        """Every writer's timed saves on the case, interleaved per round, as CaseResults named
+    ) -> list[SaveResult]:
+        """Every writer's timed saves on the case, interleaved per round, as SaveResults named
         ``save-...`` (a writer that fails is reported, never dropped). ``checkpoint_bytes``
         (the case's stored checkpoint) decides where the localfs reference saves
         (``arms.local_save_root``; unknown: the job's scratch dir)."""
@@ -283,9 +283,9 @@ class CaseRun:
             results.append(result)
         return results
 
-    def case(self, case: Case) -> list[CaseResult]:
-        """All readers' results for one case, then all writers' (when the save phase runs on
-        it); a setup failure fails every reader's row."""
+    def case(self, case: Case) -> list[ArmOutcome]:
+        """All readers' results for one case (CaseResults), then all writers' (SaveResults, when
+        the save phase runs on it); a setup failure fails every reader's row."""
         info = CaseInfo.from_case(case, self.config.model_scale)
         # The same objects whatever the bucket type; a resharded load reads (and, if missing,
         # saves once) the checkpoint of its saving layout.
@@ -308,7 +308,7 @@ class CaseRun:
                 )
                 for r in self.config.readers_for(case.name)
             ]
-        results = self.loads(case, info, spec, manifest)
+        results: list[ArmOutcome] = list(self.loads(case, info, spec, manifest))
         if self.config.saves_case(case.name):
             results.extend(self.saves(case, info, spec, manifest.physical_size_bytes))
         return results

@@ -1,6 +1,7 @@
-"""Turns the ranks' answers to a load job into one CaseResult (ok, or failed with the reason).
+"""Turns the ranks' answers to a load job into one CaseResult, and to a save job into one
+SaveResult (ok, or failed with the reason).
 
-A (case, reader) pair fails when any rank raised, when fewer rounds than asked completed, when any
+A (case, arm) pair fails when any rank raised, when fewer rounds than asked completed, when any
 loaded entry's checksum differs from the save-time one, or when the tensor bytes committed differ
 from the bytes the rank's state dict needs. Its rounds are still recorded (for diagnosis).
 """
@@ -13,17 +14,17 @@ from typing import Any
 
 from ckptbench.harness.job import RankFailure
 from ckptbench.record.case_result import (
-    SCENARIO_WRITE,
     STATUS_FAILED,
     STATUS_OK,
     CaseInfo,
     CaseResult,
     RankCounters,
     RoundRecord,
+    SaveResult,
 )
 from ckptbench.record.resources import ResourceUsage
 from ckptbench.runner.manifest import SetupManifest
-from ckptbench.worker.jobs import RANK_RESULTS, RankLoadResult, RankRound, RankSaveResult
+from ckptbench.worker.case_jobs import RANK_RESULTS, RankLoadResult, RankRound, RankSaveResult
 
 _LISTED = 3  # keys named per failing rank in a message
 _PROBLEMS = 4  # problems quoted in one error message; the rest are counted
@@ -51,7 +52,10 @@ def _round_problem(index: int, rank: int, record: RankRound) -> str | None:
 
 
 def _rounds(ranks: Sequence[RankLoadResult | RankSaveResult]) -> list[RoundRecord]:
+    """The rounds every rank completed: a load's with each rank's reader counters, a save's
+    with each rank's RankSave measures (writers report no reader counters)."""
     complete = min(len(r.rounds) for r in ranks)
+    loading = not any(isinstance(r, RankSaveResult) for r in ranks)
     records = []
     for index in range(complete):
         per_rank = [r.rounds[index] for r in ranks]
@@ -60,9 +64,11 @@ def _rounds(ranks: Sequence[RankLoadResult | RankSaveResult]) -> list[RoundRecor
             RoundRecord(
                 rank_start_unix_s=[p.start_unix_s for p in per_rank],
                 rank_end_unix_s=[p.end_unix_s for p in per_rank],
-                rank_counters=[
-                    RankCounters.from_mapping(p.counters, rank) for rank, p in enumerate(per_rank)
-                ],
+                rank_counters=(
+                    [RankCounters.from_mapping(p.counters, rank) for rank, p in enumerate(per_rank)]
+                    if loading
+                    else None
+                ),
                 rank_saves=None if any(m is None for m in saves) else saves,
             )
         )
@@ -109,6 +115,35 @@ def merge_rank_results(parts: Sequence[Sequence[Any]]) -> list[Any]:
     return merged
 
 
+def _verdict(
+    gathered: Sequence[Any] | None, rounds_wanted: int, error: str | None
+) -> tuple[list[RoundRecord], list[str], bool]:
+    """(rounds every rank completed, problems found, whether every round verified) of one job's
+    gathered rank answers; ``error`` is a problem found before or around the job."""
+    problems: list[str] = [error] if error else []
+    records: list[RoundRecord] = []
+    verified = False
+    if gathered is not None:
+        failed = [g for g in gathered if isinstance(g, RankFailure)]
+        problems += [f.message for f in failed]
+        answers = [g for g in gathered if isinstance(g, RANK_RESULTS)]
+        if not failed and answers:
+            problems += sorted({r.error for r in answers if r.error})
+            records = _rounds(answers)
+            found = [
+                _round_problem(index, rank, answer.rounds[index])
+                for index in range(len(records))
+                for rank, answer in enumerate(answers)
+            ]
+            problems += [p for p in found if p]
+            if len(records) < rounds_wanted and not problems:
+                problems.append(f"only {len(records)} of {rounds_wanted} rounds completed")
+            verified = not problems and len(records) == rounds_wanted
+    if not problems and not records:
+        problems.append("the job returned no rounds")
+    return records, problems, verified
+
+
 def load_result(
     info: CaseInfo,
     reader: str,
@@ -119,45 +154,20 @@ def load_result(
     reader_options: Mapping[str, Any],
     resources: ResourceUsage | None = None,
     error: str | None = None,
-    scenario: str | None = None,
-    written_bytes: int | None = None,
 ) -> CaseResult:
-    """The CaseResult of one load job (or, with ``scenario=checkpoint_write``, one save job).
+    """The CaseResult of one load job.
 
     Args:
       info: the case. reader: the reader's name.
-      gathered: per-rank results (RankLoadResult, RankSaveResult or RankFailure), or None when
-        the job gave none (then ``error`` says why).
+      gathered: per-rank results (RankLoadResult or RankFailure), or None when the job gave
+        none (then ``error`` says why).
       rounds_wanted: rounds the job was asked for.
       manifest: the checkpoint's setup manifest (physical size, object count).
-      reader_options: recorded with the row.
+      reader_options: recorded with the row (``reader_options_json``).
       resources: process-tree usage during the job.
       error: a failure found before or around the job (launch error, setup failure).
-      scenario: ``checkpoint_write`` for a save job (default: a load job).
-      written_bytes: for a save job, the bytes one save left in storage (its physical size);
-        the object count is then unknown (None).
     """
-    problems: list[str] = [error] if error else []
-    records: list[RoundRecord] = []
-    verified = False
-    if gathered is not None:
-        failed = [g for g in gathered if isinstance(g, RankFailure)]
-        problems += [f.message for f in failed]
-        loads = [g for g in gathered if isinstance(g, RANK_RESULTS)]
-        if not failed and loads:
-            problems += sorted({r.error for r in loads if r.error})
-            records = _rounds(loads)
-            found = [
-                _round_problem(index, rank, load.rounds[index])
-                for index in range(len(records))
-                for rank, load in enumerate(loads)
-            ]
-            problems += [p for p in found if p]
-            if len(records) < rounds_wanted and not problems:
-                problems.append(f"only {len(records)} of {rounds_wanted} rounds completed")
-            verified = not problems and len(records) == rounds_wanted
-    if not problems and not records:
-        problems.append("the job returned no rounds")
+    records, problems, verified = _verdict(gathered, rounds_wanted, error)
     return CaseResult(
         case=info,
         reader=reader,
@@ -165,17 +175,10 @@ def load_result(
         status=STATUS_FAILED if problems else STATUS_OK,
         error_message=_message(problems) if problems else None,
         checksums_verified=verified,
-        checkpoint_physical_size_bytes=(
-            written_bytes
-            if scenario == SCENARIO_WRITE
-            else (manifest.physical_size_bytes if manifest else None)
-        ),
-        checkpoint_object_count=(
-            None if scenario == SCENARIO_WRITE or not manifest else manifest.object_count
-        ),
+        checkpoint_physical_size_bytes=manifest.physical_size_bytes if manifest else None,
+        checkpoint_object_count=manifest.object_count if manifest else None,
         reader_options=dict(reader_options),
         resources=resources,
-        **({"scenario": scenario} if scenario else {}),
     )
 
 
@@ -188,24 +191,29 @@ def save_result(
     writer_options: Mapping[str, Any],
     resources: ResourceUsage | None = None,
     error: str | None = None,
-) -> CaseResult:
-    """The CaseResult of one save job (``info`` named ``save-...``): fails like a load job,
-    and also when rank 0 reports no written bytes or saves of different sizes."""
+) -> SaveResult:
+    """The SaveResult of one save job (``info`` named ``save-...``): fails like a load job,
+    and also when rank 0 reports saves of different sizes. Its physical size is the bytes one
+    save left in storage (rank 0's ``written_bytes``), None when rank 0 reported none.
+
+    Args: as ``load_result``'s, with ``writer``/``writer_options`` (``writer_options_json``)
+    for the reader's, and RankSaveResults for RankLoadResults.
+    """
     sizes: set[int] = set()
     for entry in gathered or ():
         if isinstance(entry, RankSaveResult) and entry.rank == 0:
             sizes = set(entry.written_bytes)
     if error is None and gathered is not None and len(sizes) > 1:
         error = f"saves of {writer} wrote different sizes: {sorted(sizes)} bytes"
-    return load_result(
-        info,
-        writer,
-        gathered,
-        rounds_wanted,
-        manifest=None,
-        reader_options=writer_options,
+    records, problems, verified = _verdict(gathered, rounds_wanted, error)
+    return SaveResult(
+        case=info,
+        writer=writer,
+        rounds=records,
+        status=STATUS_FAILED if problems else STATUS_OK,
+        error_message=_message(problems) if problems else None,
+        checksums_verified=verified,
+        checkpoint_physical_size_bytes=max(sizes) if sizes else None,
+        writer_options=dict(writer_options),
         resources=resources,
-        error=error,
-        scenario=SCENARIO_WRITE,
-        written_bytes=max(sizes) if sizes else None,
     )

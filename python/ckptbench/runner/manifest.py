@@ -15,7 +15,7 @@ import dataclasses
 import datetime
 import json
 
-from ckptbench.worker.jobs import Storage, checksums_object
+from ckptbench.worker.case_jobs import Storage, checksums_object
 from gcsckpt.io import ObjectStore
 
 MANIFEST_NAME = "manifest.json"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from ckptbench.worker.jobs import Storage
+from ckptbench.worker.case_jobs import Storage
 from gcsckpt.dcp.paths import parse_checkpoint_id
 from gcsckpt.io import ObjectStore
 from gcsckpt.testing import LocalGCS

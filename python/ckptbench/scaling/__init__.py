@@ -6,5 +6,5 @@ as one axis grows with the others fixed, gcsckpt against stock DCP.
 - ``simulated``: one rank's planning and ``.metadata`` decode at N simulated ranks, no I/O.
 - ``real``: saves and verified loads on this machine, items or bytes per rank growing.
 - ``ranks``: the same save and load on 1..R real rank processes (``harness`` jobs).
-- ``report``: the tables and the log-log PNG.
+- ``scaling_report``: the tables and the log-log PNG.
 """

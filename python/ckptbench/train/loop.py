@@ -31,7 +31,8 @@ from ckptbench.harness.job import describe_error
 from ckptbench.record.resources import ResourceSampler
 from ckptbench.roles import LOCAL_TIER, LOCALFS
 from ckptbench.train import saving
-from ckptbench.train.jobs import (
+from ckptbench.train.model import build_trainer, layout_dims, model_config, train_step
+from ckptbench.train.train_jobs import (
     TRAIN_SEED,
     VERIFY_SEED,
     Checkpoint,
@@ -40,7 +41,6 @@ from ckptbench.train.jobs import (
     Verified,
     VerifyTrainJob,
 )
-from ckptbench.train.model import build_trainer, layout_dims, model_config, train_step
 from ckptbench.worker.load_job import LISTED_KEYS, job_scratch_dir, msc_profile
 from ckptbench.worker.save_probe import release_free_memory
 from ckptbench.worker.verify import copy_to_disk, empty_prefix, load_back, node_local_folder

@@ -21,10 +21,10 @@ from ckptbench.publish.row_files import write_results
 from ckptbench.publish.train_table import print_train_table
 from ckptbench.record.case_result import RunContext
 from ckptbench.roles import BASELINE, LOCAL_TIER, LOCALFS
-from ckptbench.train.jobs import RankTrain, TrainJob, VerifyTrainJob
 from ckptbench.train.model import LAYOUTS, model_config
-from ckptbench.train.rows import ArmResult, round_figures, train_row
 from ckptbench.train.saving import ARMS, CONTROL, arm_parts, writer_mode_settings
+from ckptbench.train.train_jobs import RankTrain, TrainJob, VerifyTrainJob
+from ckptbench.train.train_rows import ArmResult, round_figures, train_row
 from ckptbench.worker import arms as worker_arms
 
 STOCK = f"{BASELINE}-sync"

@@ -11,8 +11,9 @@ peer). Each arm is built as its own docs use it, pointed at a local endpoint wit
 credentials or at real GCS with Application Default Credentials, and never tuned to suit the
 endpoint: an arm the endpoint cannot serve is reported failed with its error. Every arm's
 settings are returned by :func:`reader_settings` / :func:`writer_settings` and go into the
-result rows (``reader_options_json``). Each arm's settings and why: docs/design.md, "The
-benchmark's arms"; the figures behind them: docs/measurements.md, "msc reader settings".
+result rows (``reader_options_json`` / ``writer_options_json``). Each arm's settings and why:
+docs/design.md, "The benchmark's arms"; the figures behind them: docs/measurements.md, "msc
+reader settings".
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from ckptbench.harness.job import describe_error
 from ckptbench.roles import CANDIDATES
 from ckptbench.worker import arms, baseline
-from ckptbench.worker.jobs import (
+from ckptbench.worker.case_jobs import (
     SAVE_SEED,
     LoadJob,
     RankLoadResult,
@@ -35,7 +35,7 @@ from ckptbench.worker.jobs import (
     checksums_object,
     round_seed,
 )
-from ckptbench.worker.planner import counting_planner_for
+from ckptbench.worker.counting_planner import counting_planner_for
 from ckptbench.worker.setup_job import rank_device
 from ckptbench.workloads.models.state import expected_bytes, local_checksums
 from ckptbench.workloads.parallel.app_state import build_app_state

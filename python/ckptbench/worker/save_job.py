@@ -31,7 +31,7 @@ from ckptbench.harness.job import describe_error
 from ckptbench.record.case_result import RankSave
 from ckptbench.roles import LOCALFS
 from ckptbench.worker import arms
-from ckptbench.worker.jobs import (
+from ckptbench.worker.case_jobs import (
     SAVE_SEED,
     RankRound,
     RankSaveResult,
@@ -154,7 +154,7 @@ def run_save(job: SaveJob, report) -> RankSaveResult:
       report: ``report(phase, completed, total)`` progress callback.
 
     Returns:
-      RankSaveResult (see ``jobs.RankSaveResult``); when ``dcp.save`` or
+      RankSaveResult (see ``case_jobs.RankSaveResult``); when ``dcp.save`` or
       the verifying load raises, ``error`` says why and ``rounds`` holds the rounds before it.
       Without ``job.verify`` each round is timed only (``VerifySaveJob`` checks it later) and
       the save's objects stay in place.

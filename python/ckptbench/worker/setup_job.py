@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
-from ckptbench.worker.jobs import SAVE_SEED, RankSetupResult, SetupJob, checksums_object
+from ckptbench.worker.case_jobs import SAVE_SEED, RankSetupResult, SetupJob, checksums_object
 from ckptbench.workloads.models.state import expected_bytes, local_checksums
 from ckptbench.workloads.parallel.app_state import build_app_state
 from ckptbench.workloads.parallel.mesh import build_mesh

@@ -16,8 +16,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader
 
+from ckptbench.worker.counting_planner import counting_planner_for
 from ckptbench.worker.load_job import LISTED_KEYS, compare_checksums
-from ckptbench.worker.planner import counting_planner_for
 from ckptbench.workloads.models.state import expected_bytes, local_checksums
 from gcsckpt.io import ObjectStore
 

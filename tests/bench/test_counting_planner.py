@@ -1,4 +1,4 @@
-"""The counting load planners (worker.planner)."""
+"""The counting load planners (worker.counting_planner)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import torch
     [("fsspec", "CountingLoadPlanner"), ("gcsckpt", "CountingGCSLoadPlanner")],
 )
 def test_counting_planner_counts_committed_bytes(reader, planner_class):
-    from ckptbench.worker.planner import counting_planner_for
+    from ckptbench.worker.counting_planner import counting_planner_for
 
     seen = []
     planner = counting_planner_for(reader, progress=lambda done, total: seen.append((done, total)))

@@ -23,9 +23,9 @@ from ckptbench.publish.schema import column_names
 from ckptbench.record.case_result import STATUS_FAILED, STATUS_OK, RunContext
 from ckptbench.record.columns import WORKLOAD_FAMILY
 from ckptbench.record.metrics import run_columns
-from ckptbench.train.jobs import RankTrain, TrainJob
 from ckptbench.train.model import MODEL, layout_dims
 from ckptbench.train.saving import CONTROL
+from ckptbench.train.train_jobs import RankTrain, TrainJob
 from ckptbench.workloads.parallel.dims import SIZE_NAMES
 
 SCENARIO_TRAIN = "checkpoint_train"  # checkpoints in a training loop (case ids train-...)
@@ -122,7 +122,8 @@ def case_id(job: TrainJob) -> str:
 
 
 def train_row(result: ArmResult, run: RunContext, settings: dict[str, Any]) -> dict[str, Any]:
-    """The result row of one arm on one layout (schema: bigquery_schema.json)."""
+    """The result row of one arm on one layout (schema: bigquery_schema.json); ``settings``
+    (the arm's writer and mode, JSON-serializable) go to ``writer_options_json``."""
     job = result.job
     dims = layout_dims(job.layout, job.world_size)
     rounds = result.rounds
@@ -152,7 +153,7 @@ def train_row(result: ArmResult, run: RunContext, settings: dict[str, Any]) -> d
             "error_message": result.error,
             "checksums_verified": ok
             and all(r.verified_checkpoints == r.checkpoints for r in rounds),
-            "reader_options_json": json.dumps(settings, sort_keys=True),
+            "writer_options_json": json.dumps(settings, sort_keys=True),
             "measurement_round_count": len(rounds),
             "save_state_bytes_per_rank_max": result.state_bytes or None,
             "save_rss_start_bytes_per_rank_max": result.rss_start_bytes or None,

@@ -1,7 +1,7 @@
 """Progress display for long benchmark steps: one line per phase and one bar per rank (rich).
 
 Rank processes cannot draw on the runner's terminal, so they send ``RankProgress`` messages
-through a multiprocessing queue (``harness.progress.rank_reporter``) and the runner applies
+through a multiprocessing queue (``harness.rank_progress.rank_reporter``) and the runner applies
 them with ``ProgressDisplay.drain``. On a terminal the display is a live rich progress view;
 elsewhere (CI logs, Bazel test output) it prints one plain line when a phase starts and when it
 ends.
@@ -25,7 +25,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from ckptbench.harness.progress import RankProgress
+from ckptbench.harness.rank_progress import RankProgress
 
 
 class PhaseHandle:

@@ -2,7 +2,7 @@
 
 Rank processes cannot draw on the launcher's terminal, so ``rank_reporter`` gives each a
 ``report(phase, completed, total)`` that puts messages on a multiprocessing queue; the runner's
-display (``record.progress.ProgressDisplay``) applies them.
+display (``record.progress_display.ProgressDisplay``) applies them.
 """
 
 from __future__ import annotations
