@@ -5,18 +5,11 @@ from __future__ import annotations
 
 import datetime
 
-from ckptbench.record.case_result import (
-    CaseInfo,
-    CaseResult,
-    RankCounters,
-    RankSave,
-    RoundRecord,
-    RunContext,
-    SaveResult,
-)
+from ckptbench.record.case_result import CaseInfo, CaseResult, RunContext, SaveResult
 from ckptbench.record.compare import add_baseline_ratios
 from ckptbench.record.host import HostFacts
 from ckptbench.record.metrics import case_row
+from ckptbench.record.rank_rounds import RankCounters, RankSave, RoundRecord
 from ckptbench.record.resources import ResourceUsage
 from ckptbench.workloads.parallel.dims import ParallelDims
 

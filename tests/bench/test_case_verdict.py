@@ -8,7 +8,8 @@ import dataclasses
 import pytest
 
 from ckptbench.harness.job import RankFailure
-from ckptbench.record.case_result import CaseInfo, RankSave, SaveResult
+from ckptbench.record.case_result import CaseInfo, SaveResult
+from ckptbench.record.rank_rounds import RankSave
 from ckptbench.runner.case_run import save_case_info
 from ckptbench.runner.case_verdict import load_result, save_result
 from ckptbench.runner.manifest import SetupManifest

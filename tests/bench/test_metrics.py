@@ -9,18 +9,11 @@ import pytest
 
 from ckptbench.cases.catalogue import Case
 from ckptbench.publish.schema import column_names, load_columns, validate_rows
-from ckptbench.record.case_result import (
-    CaseInfo,
-    CaseResult,
-    RankCounters,
-    RankSave,
-    RoundRecord,
-    SaveResult,
-    rss_bound_bytes,
-)
+from ckptbench.record.case_result import CaseInfo, CaseResult, SaveResult
 from ckptbench.record.columns import DATA_PHASE_THROUGHPUT_COLUMN, READ, WRITE
 from ckptbench.record.compare import add_baseline_ratios
 from ckptbench.record.metrics import case_row, round_duration_columns
+from ckptbench.record.rank_rounds import RankCounters, RankSave, RoundRecord, rss_bound_bytes
 from ckptbench.record.save_columns import SAVE_COLUMNS
 from ckptbench.workloads.parallel.dims import SIZE_NAMES, ParallelDims
 from ckptbench.workloads.parallel.strategies import LayoutError

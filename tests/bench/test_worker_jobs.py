@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from ckptbench.harness.job import RankFailure
-from ckptbench.record.case_result import RankSave
+from ckptbench.record.rank_rounds import RankSave
 from ckptbench.worker.case_jobs import RankRound, RankSaveResult, with_verification
 
 

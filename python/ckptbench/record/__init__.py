@@ -1,7 +1,8 @@
 """What a benchmark run records.
 
 ``case_result`` (one case and arm: ``CaseResult`` for a reader's loads, ``SaveResult`` for a
-writer's saves; rounds, counters, verdict), ``host`` (machine and software facts), ``resources``
+writer's saves; their outcome), ``rank_rounds`` (what each rank measured in a round: reader
+counters, a writer's memory and phases, the round's stamps), ``host`` (machine and software facts), ``resources``
 (CPU and memory of the process tree), ``rss`` (one process's RSS peak), ``progress_display`` (live
 progress from the ranks), ``metrics`` (a CaseResult or SaveResult -> one flat result row; a save's
 memory and phase columns in ``save_columns``), ``columns`` (the column names several modules read,

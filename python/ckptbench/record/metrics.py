@@ -25,16 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ckptbench.record.case_result import (
-    COUNT_FIELDS,
-    SECONDS_FIELDS,
-    STATUS_OK,
-    ArmOutcome,
-    CaseResult,
-    RoundRecord,
-    RunContext,
-    SaveResult,
-)
+from ckptbench.record.case_result import STATUS_OK, ArmOutcome, CaseResult, RunContext, SaveResult
 from ckptbench.record.columns import (
     CEILING_COLUMN,
     CLIENT_CPU_PER_GB_COLUMN,
@@ -48,6 +39,7 @@ from ckptbench.record.columns import (
     RateColumns,
 )
 from ckptbench.record.host import HostFacts
+from ckptbench.record.rank_rounds import COUNT_FIELDS, SECONDS_FIELDS, RoundRecord
 from ckptbench.record.resources import ResourceUsage
 from ckptbench.record.save_columns import save_columns
 from ckptbench.workloads.parallel.dims import SIZE_NAMES

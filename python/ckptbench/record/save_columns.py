@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
-from ckptbench.record.case_result import RoundRecord
 from ckptbench.record.columns import DATA_PHASE_THROUGHPUT_COLUMN
+from ckptbench.record.rank_rounds import RoundRecord
 
 Row = dict[str, Any]
 

@@ -13,15 +13,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ckptbench.harness.job import RankFailure
-from ckptbench.record.case_result import (
-    STATUS_FAILED,
-    STATUS_OK,
-    CaseInfo,
-    CaseResult,
-    RankCounters,
-    RoundRecord,
-    SaveResult,
-)
+from ckptbench.record.case_result import STATUS_FAILED, STATUS_OK, CaseInfo, CaseResult, SaveResult
+from ckptbench.record.rank_rounds import RankCounters, RoundRecord
 from ckptbench.record.resources import ResourceUsage
 from ckptbench.runner.manifest import SetupManifest
 from ckptbench.worker.case_jobs import RANK_RESULTS, RankLoadResult, RankRound, RankSaveResult

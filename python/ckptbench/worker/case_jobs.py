@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from ckptbench.record.case_result import RankSave
+from ckptbench.record.rank_rounds import RankSave
 from ckptbench.roles import READERS, WRITERS
 from ckptbench.worker.arms import arm_python
 
@@ -257,7 +257,7 @@ class RankRound:
     Attributes:
       start_unix_s / end_unix_s: ``time.time()`` right before and after ``dcp.load`` (a save
         job's: ``dcp.save``).
-      counters: the reader's counters (names of ``case_result.COUNT_FIELDS`` /
+      counters: the reader's counters (names of ``rank_rounds.COUNT_FIELDS`` /
         ``SECONDS_FIELDS``; None values where the reader cannot count).
       committed_tensor_bytes: tensor bytes the planner saw committed.
       expected_bytes: tensor bytes the rank's state dict holds.

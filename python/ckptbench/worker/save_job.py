@@ -28,7 +28,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from ckptbench.harness.job import describe_error
-from ckptbench.record.case_result import RankSave
+from ckptbench.record.rank_rounds import RankSave
 from ckptbench.roles import LOCALFS
 from ckptbench.worker import arms
 from ckptbench.worker.case_jobs import (

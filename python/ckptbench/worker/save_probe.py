@@ -23,7 +23,7 @@ from typing import Any
 
 from torch.futures import Future
 
-from ckptbench.record.case_result import RankSave
+from ckptbench.record.rank_rounds import RankSave
 from ckptbench.record.rss import ProcessRSSSampler
 
 RSS_SAMPLE_INTERVAL_S = 0.015  # one process's RSS every 15 ms (see ProcessRSSSampler)
