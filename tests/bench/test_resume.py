@@ -7,6 +7,7 @@ every rank's parameters and AdamW state after it)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -42,30 +43,43 @@ def test_split_url():
         split_url("s3://bucket/a")
 
 
-def test_both_arms_list_the_same_names():
-    with LocalGCS() as gcs:
-        gcs.create_bucket(BUCKET)
-        for name in ("run/step-1/.metadata", "run/step-2/x", "run/other", "run2/step-3/x"):
-            gcs.put(BUCKET, name, b"1")
-        expected = ["run/step-1/.metadata", "run/step-2/x"]
-        for reader in ("gcsckpt", "fsspec"):
-            assert sorted(list_names(reader, BUCKET, "run", gcs.endpoint)) == expected, reader
+@pytest.fixture(scope="module")
+def gcs():
+    """One LocalGCS for the module."""
+    with LocalGCS() as endpoint:
+        endpoint.create_bucket(BUCKET)
+        yield endpoint
 
 
-def test_cold_restart_rows(tmp_path):
-    tier = str(tmp_path / "tier")
-    with LocalGCS() as gcs:
-        gcs.create_bucket(BUCKET)
-        base = f"gs://{BUCKET}/run"
-        firsts = prepare_checkpoint(SPEC, gcs.endpoint, base, step=4, interrupted=8, local_dir=tier)
-        assert [f.loss_hex for f in firsts] == [firsts[0].loss_hex] * 2  # mean over ranks
-        assert math.isfinite(float.fromhex(firsts[0].loss_hex))
-        assert firsts[0].digest != firsts[1].digest  # each rank's own shards
-        copies = sorted(p.name for p in (tmp_path / "tier" / BUCKET / "run").iterdir())
-        assert copies == ["rank-0-of-2", "rank-1-of-2"]
-        rows = measure_cold_restart(
-            gcs.endpoint, base, SPEC, rounds=1, expected=firsts, local_dir=tier
-        )
+@pytest.fixture(scope="module")
+def saved(gcs, tmp_path_factory):
+    """One checkpoint for every restart of the module (a save is two spawned ranks): step-4
+    under gs://BUCKET/run, through the node-local tier, beside an interrupted step-8. Returns
+    (base url, tier folder, the first steps every restart must give)."""
+    tier = str(tmp_path_factory.mktemp("resume") / "tier")
+    base = f"gs://{BUCKET}/run"
+    firsts = prepare_checkpoint(SPEC, gcs.endpoint, base, step=4, interrupted=8, local_dir=tier)
+    return base, tier, firsts
+
+
+def test_both_arms_list_the_same_names(gcs):
+    names = "names"  # a bucket of its own: the checkpoint's objects are not in it
+    gcs.create_bucket(names)
+    for name in ("run/step-1/.metadata", "run/step-2/x", "run/other", "run2/step-3/x"):
+        gcs.put(names, name, b"1")
+    expected = ["run/step-1/.metadata", "run/step-2/x"]
+    for reader in ("gcsckpt", "fsspec"):
+        assert sorted(list_names(reader, names, "run", gcs.endpoint)) == expected, reader
+
+
+def test_cold_restart_rows(gcs, saved):
+    base, tier, firsts = saved
+    assert [f.loss_hex for f in firsts] == [firsts[0].loss_hex] * 2  # mean over ranks
+    assert math.isfinite(float.fromhex(firsts[0].loss_hex))
+    assert firsts[0].digest != firsts[1].digest  # each rank's own shards
+    copies = sorted(p.name for p in (Path(tier) / BUCKET / "run").iterdir())
+    assert copies == ["rank-0-of-2", "rank-1-of-2"]
+    rows = measure_cold_restart(gcs.endpoint, base, SPEC, rounds=1, expected=firsts, local_dir=tier)
     assert [(r["reader"], r["round"]) for r in rows] == [
         ("gcsckpt", 1),
         ("gcsckpt-local", 1),
@@ -88,21 +102,18 @@ def test_cold_restart_rows(tmp_path):
     assert "from the node-local tier: gcsckpt-local" in table and "faster than fsspec" in table
 
 
-def test_a_local_restart_that_reads_gcs_is_not_verified(tmp_path):
-    # The tier holds no copy (the checkpoint was saved without it): the manager loads from GCS,
-    # which gives the right state but is not the arm's measurement.
-    with LocalGCS() as gcs:
-        gcs.create_bucket(BUCKET)
-        base = f"gs://{BUCKET}/plain"
-        firsts = prepare_checkpoint(SPEC, gcs.endpoint, base, step=4, interrupted=None)
-        (row,) = measure_cold_restart(
-            gcs.endpoint,
-            base,
-            SPEC,
-            readers=("gcsckpt-local",),
-            expected=firsts,
-            local_dir=str(tmp_path),
-        )
+def test_a_local_restart_that_reads_gcs_is_not_verified(gcs, saved, tmp_path):
+    # The tier holds no copy (an empty folder, not the one the checkpoint was saved through):
+    # the manager loads from GCS, which gives the right state but is not the arm's measurement.
+    base, _, firsts = saved
+    (row,) = measure_cold_restart(
+        gcs.endpoint,
+        base,
+        SPEC,
+        readers=("gcsckpt-local",),
+        expected=firsts,
+        local_dir=str(tmp_path),
+    )
     assert row["step"] == 4 and row["loss_hex"] == firsts[0].loss_hex
     assert row["source"] == "gcs" and not row["from_expected_source"] and not row["verified"]
 

@@ -40,6 +40,9 @@ def test_torchrun_runs_the_case_on_its_ranks(tmp_path):
             "--model_scale=tiny",
             "--rounds=1",
             "--readers=gcsckpt",
+            # No download ceiling (nothing here reads it; test_runner_reshard checks it): its 3
+            # default rounds each read a 256 MiB object from the endpoint.
+            "--download_ceiling_rounds=0",
             f"--output_dir={tmp_path}",
         ]
         done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=240)

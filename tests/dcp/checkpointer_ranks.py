@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -218,10 +219,13 @@ def _torch_pid() -> int | None:
     return None if proc is None else proc._save_process.pid
 
 
-def process_lifecycle(rank: int, endpoint: str) -> dict[str, Any]:
+def process_lifecycle(
+    rank: int, endpoint: str, while_shared: Callable[[], None] | None = None
+) -> dict[str, Any]:
     """GCSCheckpointer("process"): its checkpoint process runs once the checkpointer is made,
     before any save; two saves use it (no new process); a second checkpointer shares it; the
-    last close() stops it. Returns pids, liveness and the loads' mismatches."""
+    last close() stops it. `while_shared` runs while both are open (other checkpointers of the
+    rank then share the process too). Returns pids, liveness and the loads' mismatches."""
     trainer = Trainer()
     before = _spawned_children()
     ckpt = GCSCheckpointer("process", endpoint=endpoint, thread_count=1)
@@ -244,6 +248,8 @@ def process_lifecycle(rank: int, endpoint: str) -> dict[str, Any]:
     report["torch_uses_it_after_saves"] = _torch_pid() == pid
     other = GCSCheckpointer("process", endpoint=endpoint, thread_count=1)
     report["shared"] = other.checkpoint_pid() == pid
+    if while_shared is not None:
+        while_shared()
     ckpt.close()
     report["running_after_first_close"] = _running(pid)
     other.close()
@@ -255,3 +261,17 @@ def process_lifecycle(rank: int, endpoint: str) -> dict[str, Any]:
         mismatches(load_local(endpoint, f"lifecycle/{i}"), s) for i, s in enumerate(snapshots)
     ]
     return report
+
+
+def process_mode(rank: int, endpoint: str, log_dir: str) -> dict[str, Any]:
+    """Every PROCESS-mode check in one rank job, so each rank spawns two checkpoint processes,
+    not three: `process_lifecycle`, with `modes(.., "process")` run while its checkpointers hold
+    the checkpoint process (a third one sharing it, closed before theirs); then, that process
+    stopped, `process_reuse` (torch's own `dcp.async_save`, which starts a fresh one). Returns
+    {"lifecycle": .., "modes": .., "reuse": ..}: each step's own report."""
+    during = {}
+    lifecycle = process_lifecycle(
+        rank, endpoint, while_shared=lambda: during.update(modes(rank, endpoint, "process"))
+    )
+    reuse = process_reuse(rank, endpoint, log_dir)
+    return {"lifecycle": lifecycle, "modes": during, "reuse": reuse}

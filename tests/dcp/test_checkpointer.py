@@ -28,9 +28,21 @@ def gcs():
         yield endpoint
 
 
+@pytest.fixture(scope="module")
+def process_reports(gcs, tmp_path_factory):
+    """Each rank's report of every PROCESS-mode check, from one rank job (checkpointer_ranks.
+    process_mode: two checkpoint process starts per rank instead of three)."""
+    log_dir = tmp_path_factory.mktemp("process-reuse")
+    return _run(checkpointer_ranks.process_mode, gcs.endpoint, str(log_dir))
+
+
 @pytest.mark.parametrize("mode", ["sync", "thread", "process"])
-def test_each_mode_saves_the_state_at_the_call(gcs, mode):
-    for report in _run(checkpointer_ranks.modes, gcs.endpoint, mode):
+def test_each_mode_saves_the_state_at_the_call(gcs, mode, request):
+    if mode == "process":
+        reports = [r["modes"] for r in request.getfixturevalue("process_reports")]
+    else:
+        reports = _run(checkpointer_ranks.modes, gcs.endpoint, mode)
+    for report in reports:
         assert report["mismatches"] == [[], []]
         assert report["snapshots_differ"] is True
 
@@ -43,9 +55,8 @@ def test_plan_cache_reused_for_one_layout_and_renewed_when_it_changes(gcs):
         assert len(report["tags"]) == 6 and len(set(report["tags"])) == 6  # own names per save
 
 
-def test_process_mode_builds_the_writers_clients_once(gcs, tmp_path):
-    reports = _run(checkpointer_ranks.process_reuse, gcs.endpoint, str(tmp_path))
-    for report in reports:
+def test_process_mode_builds_the_writers_clients_once(process_reports):
+    for report in (r["reuse"] for r in process_reports):
         entries = report["entries"]
         assert len(entries) == 3
         assert len({e["pid"] for e in entries}) == 1  # one checkpoint process for all saves
@@ -56,8 +67,10 @@ def test_process_mode_builds_the_writers_clients_once(gcs, tmp_path):
         assert report["mismatches"] == [[], [], []]
 
 
-def test_process_mode_starts_its_process_with_the_checkpointer_and_close_stops_it(gcs):
-    for report in _run(checkpointer_ranks.process_lifecycle, gcs.endpoint):
+def test_process_mode_starts_its_process_with_the_checkpointer_and_close_stops_it(
+    process_reports,
+):
+    for report in (r["lifecycle"] for r in process_reports):
         assert report["new_at_construction"] is True  # one spawn child, before any save
         assert report["parent_is_rank"] is True
         assert report["running_before_save"] is True

@@ -1,10 +1,14 @@
-"""The command line (`python -m gcsckpt`: ls, rm, gc, verify) on a local endpoint, through a child
-process as a user runs it: tables and JSON, dry runs by default, deletions with --yes; verify's
-byte counts, a byte flipped on disk (exit 1 naming object and byte range), stock checkpoints
-reported unverified."""
+"""The command line (`python -m gcsckpt`: ls, rm, gc, verify) on a local endpoint: tables and
+JSON, dry runs by default, deletions with --yes; verify's byte counts, a byte flipped on disk
+(exit 1 naming object and byte range), stock checkpoints reported unverified. Commands run
+`gcsckpt.cli.main` in this process (stdout, stderr and exit status as a program's: `__main__`
+is `sys.exit(main())`); one test runs `python -m gcsckpt` as a child process, as a user does,
+which spares the other runs a Python + torch start each."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -17,6 +21,7 @@ import torch.distributed.checkpoint as dcp
 from disk_faults import flip_on_disk
 from torch.distributed.checkpoint import FileSystemWriter
 
+from gcsckpt.cli import main
 from gcsckpt.dcp import GCSCheckpointer
 from gcsckpt.dcp.checksums import records_of
 from gcsckpt.dcp.metadata_codec import load_metadata
@@ -43,6 +48,19 @@ def gcs():
 
 
 def _cli(gcs, *args: str) -> subprocess.CompletedProcess:
+    """`gcsckpt *args --endpoint ...` in this process: exit status, stdout, stderr."""
+    argv = [*args, "--endpoint", gcs.endpoint]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
+def _program(gcs, *args: str) -> subprocess.CompletedProcess:
+    """`python -m gcsckpt *args --endpoint ...` as a child process."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     return subprocess.run(
         [sys.executable, "-m", "gcsckpt", *args, "--endpoint", gcs.endpoint],
@@ -102,7 +120,7 @@ def test_rm_keep_latest_dry_run_then_yes(gcs):
 
 
 def test_errors_name_the_bucket_and_exit_1(gcs):
-    missing = _cli(gcs, "ls", "gs://no-such-bucket-here/run")
+    missing = _program(gcs, "ls", "gs://no-such-bucket-here/run")
     assert missing.returncode == 1 and "gs://no-such-bucket-here/run/step-" in missing.stderr
     bad = _cli(gcs, "ls", "s3://x/y")
     assert bad.returncode == 1 and "'s3://x/y'" in bad.stderr

@@ -5,6 +5,7 @@ load) in child processes; stock torch reading a step the manager wrote; LocalGCS
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -239,22 +240,32 @@ def test_a_byte_changed_under_the_same_generation_makes_load_fall_back(gcs):
     ckpt.close()
 
 
-_SETUP = """
-    import os, signal, sys, torch
+# The killed steps, each in a process of its own that dies by SIGKILL. One child interpreter
+# (one torch import) forks a fresh process per step and prints each one's exit code; its own
+# threads are torch's import-time ones only, so the forks are as clean as a new interpreter.
+_KILLS = """
+    import json, os, signal, sys, textwrap, traceback, torch
     from gcsckpt.dcp import GCSCheckpointer
-    endpoint, root = sys.argv[1], sys.argv[2]
+    endpoint = sys.argv[1]
     def state(v):
         return {"w": torch.full((64,), float(v)), "b": torch.arange(8) + int(v)}
     def die(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
+    codes = {}
+    for name, (root, code) in json.loads(sys.argv[2]).items():
+        pid = os.fork()
+        if pid == 0:
+            try:
+                exec(textwrap.dedent(code), dict(globals(), root=root))
+            except BaseException:
+                traceback.print_exc()
+                sys.stderr.flush()
+            os._exit(3)  # it was not killed
+        codes[name] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    print(json.dumps(codes))
 """
 
-
-def test_kill_during_a_save_leaves_the_previous_step_loadable(gcs):
-    root = f"gs://{BUCKET}/killsave"
-    child = _child(
-        _SETUP
-        + """
+_KILL_SAVE = """
     from gcsckpt.dcp import checkpointer
     ckpt = GCSCheckpointer("sync", root=root, endpoint=endpoint)
     ckpt.save(state(1), step=1)
@@ -262,26 +273,9 @@ def test_kill_during_a_save_leaves_the_previous_step_loadable(gcs):
         finish = die  # every data object uploaded, killed before .metadata
     checkpointer.GCSStorageWriter = Dying
     ckpt.save(state(2), step=2)
-    """,
-        gcs.endpoint,
-        root,
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr
-    assert any(n.endswith(".distcp") for n in _names(gcs, "killsave/step-2/"))
-    ckpt = GCSCheckpointer("sync", root=root, keep_latest=1, endpoint=gcs.endpoint)
-    assert ckpt.steps() == [1]
-    state = _blank()
-    assert ckpt.load(state) == 1 and torch.equal(state["w"], _state(1)["w"])
-    ckpt.save(_state(2), step=2)  # the same step again: the cut save left no .metadata
-    ckpt.close()
-    assert ckpt.steps() == [2] and _names(gcs, "killsave/step-1/") == []
+"""
 
-
-def test_kill_during_retention_never_leaves_a_half_deleted_step_listed(gcs):
-    root = f"gs://{BUCKET}/killretain"
-    child = _child(
-        _SETUP
-        + """
+_KILL_RETENTION = """
     from gcsckpt.io.objects import ObjectStore
     ckpt = GCSCheckpointer("sync", root=root, endpoint=endpoint)
     for step in (1, 2):
@@ -294,11 +288,54 @@ def test_kill_during_retention_never_leaves_a_half_deleted_step_listed(gcs):
     ObjectStore.delete = delete_then_die
     ckpt.keep_latest = 1
     ckpt.apply_retention()
-    """,
-        gcs.endpoint,
-        root,
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr
+"""
+
+_KILL_LOAD = """
+    from gcsckpt.dcp import checkpointer_load
+    class Dying(checkpointer_load.GCSStorageReader):
+        read_data = die
+    checkpointer_load.GCSStorageReader = Dying
+    GCSCheckpointer("sync", root=root, keep_latest=1, endpoint=endpoint).load(state(0))
+"""
+
+
+@pytest.fixture(scope="module")
+def killed(gcs):
+    """Runs the three killed steps (a save, a retention pass, a load) in one child interpreter;
+    returns ({step: exit code}, the child's stderr, the load root's listing before its kill,
+    the checkpointer that saved that root's step 1)."""
+    root = f"gs://{BUCKET}/killload"
+    ckpt = GCSCheckpointer("sync", root=root, keep_latest=1, endpoint=gcs.endpoint)
+    ckpt.save(_state(1), step=1)
+    before = _listing(gcs, "killload/")
+    steps = {
+        "save": (f"gs://{BUCKET}/killsave", _KILL_SAVE),
+        "retention": (f"gs://{BUCKET}/killretain", _KILL_RETENTION),
+        "load": (root, _KILL_LOAD),
+    }
+    child = _child(_KILLS, gcs.endpoint, json.dumps(steps))
+    assert child.returncode == 0, child.stderr
+    return json.loads(child.stdout), child.stderr, before, ckpt
+
+
+def test_kill_during_a_save_leaves_the_previous_step_loadable(gcs, killed):
+    root = f"gs://{BUCKET}/killsave"
+    codes, stderr, _, _ = killed
+    assert codes["save"] == -signal.SIGKILL, stderr
+    assert any(n.endswith(".distcp") for n in _names(gcs, "killsave/step-2/"))
+    ckpt = GCSCheckpointer("sync", root=root, keep_latest=1, endpoint=gcs.endpoint)
+    assert ckpt.steps() == [1]
+    state = _blank()
+    assert ckpt.load(state) == 1 and torch.equal(state["w"], _state(1)["w"])
+    ckpt.save(_state(2), step=2)  # the same step again: the cut save left no .metadata
+    ckpt.close()
+    assert ckpt.steps() == [2] and _names(gcs, "killsave/step-1/") == []
+
+
+def test_kill_during_retention_never_leaves_a_half_deleted_step_listed(gcs, killed):
+    root = f"gs://{BUCKET}/killretain"
+    codes, stderr, _, _ = killed
+    assert codes["retention"] == -signal.SIGKILL, stderr
     left = _names(gcs, "killretain/step-1/")
     assert left and not any(n.endswith("/.metadata") for n in left)  # cut between the deletes
     ckpt = GCSCheckpointer("sync", root=root, keep_latest=1, endpoint=gcs.endpoint)
@@ -310,24 +347,9 @@ def test_kill_during_retention_never_leaves_a_half_deleted_step_listed(gcs):
     assert _names(gcs, "killretain/step-1/") == [] and ckpt.steps() == [3]
 
 
-def test_kill_during_a_load_changes_nothing(gcs):
-    root = f"gs://{BUCKET}/killload"
-    ckpt = GCSCheckpointer("sync", root=root, keep_latest=1, endpoint=gcs.endpoint)
-    ckpt.save(_state(1), step=1)
-    before = _listing(gcs, "killload/")
-    child = _child(
-        _SETUP
-        + """
-    from gcsckpt.dcp import checkpointer_load
-    class Dying(checkpointer_load.GCSStorageReader):
-        read_data = die
-    checkpointer_load.GCSStorageReader = Dying
-    GCSCheckpointer("sync", root=root, keep_latest=1, endpoint=endpoint).load(state(0))
-    """,
-        gcs.endpoint,
-        root,
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr
+def test_kill_during_a_load_changes_nothing(gcs, killed):
+    codes, stderr, before, ckpt = killed
+    assert codes["load"] == -signal.SIGKILL, stderr
     assert _listing(gcs, "killload/") == before
     state = _blank()
     assert ckpt.load(state) == 1 and torch.equal(state["w"], _state(1)["w"])
