@@ -226,54 +226,70 @@ def encode_index(metadata: Metadata) -> bytes | None:
             return None  # two chunks at the same offsets: a key could not name one
         chunks_n[row] = len(chunks)
         chunk_positions.append(positions)
-    chunk_start = np.concatenate(([0], np.cumsum(chunks_n)))[:-1]
+    chunk_start = np.concatenate(([0], np.cumsum(chunks_n)))[:-1].tolist()
     fqn_row = {f: i for i, f in enumerate(fqns)}
-    s = len(storage)
-    st = {name: np.zeros(s, _ARRAYS[name]) for name in _ARRAYS if name.startswith("st_")}
-    fqn_storage = np.full(n, -1, "<i8")
-    chunk_storage = np.full(int(chunks_n.sum()), -1, "<i8")
+    is_bytes = (kind == _BYTES).tolist()
+    # One tuple per storage row (columns of st_*), then one numpy conversion per column.
+    rows: list[tuple] = []
+    fqn_storage = [-1] * n
+    chunk_storage = [-1] * int(chunks_n.sum())
     paths: dict[str, int] = {}
     descriptors: dict[tuple, int] = {}
+    size_type, index_type = torch.Size, MetadataIndex
     for srow, (key, info) in enumerate(storage.items()):
-        if type(key) is not MetadataIndex or type(info) is not _StorageInfo:
+        if type(key) is not index_type or type(info) is not _StorageInfo:
             return None
         row = fqn_row.get(key.fqn)
-        if row is None or not set(vars(info)) <= _STORAGE_FIELDS:
+        if row is None or not vars(info).keys() <= _STORAGE_FIELDS:
             return None
         path, offset, length = info.relative_path, info.offset, info.length
         if type(path) is not str or type(offset) is not int or type(length) is not int:
             return None
-        if key.offset is None:
-            if kind[row] != _BYTES or fqn_storage[row] >= 0:
+        key_offset = key.offset
+        if key_offset is None:
+            if not is_bytes[row] or fqn_storage[row] >= 0:
                 return None
             fqn_storage[row] = srow
             chunk = -1
         else:
             positions = chunk_positions[row]
-            k = None if positions is None else positions.get(key.offset)
-            if k is None or type(key.offset) is not torch.Size:
+            k = None if positions is None else positions.get(key_offset)
+            if k is None or type(key_offset) is not size_type:
                 return None
-            chunk = int(chunk_start[row]) + k
+            chunk = chunk_start[row] + k
             chunk_storage[chunk] = srow
-        if key.index is None:
-            st["st_flags"][srow] = 1
-        elif type(key.index) is int:
-            st["st_index"][srow] = key.index
-        else:
+        index = key.index
+        if index is not None and type(index) is not int:
             return None
-        found = getattr(info, "transform_descriptors", None)
+        found = info.transform_descriptors
         if found is None:
-            st["st_descriptors"][srow] = -1
+            desc = -1
         else:
             if type(found) not in (list, tuple) or not all(type(v) is str for v in found):
                 return None
             desc_key = (type(found).__name__, tuple(found))
-            st["st_descriptors"][srow] = descriptors.setdefault(desc_key, len(descriptors))
-        st["st_fqn"][srow] = row
-        st["st_chunk"][srow] = chunk
-        st["st_path"][srow] = paths.setdefault(path, len(paths))
-        st["st_offset"][srow] = offset
-        st["st_length"][srow] = length
+            desc = descriptors.setdefault(desc_key, len(descriptors))
+        path_id = paths.get(path)
+        if path_id is None:
+            path_id = paths[path] = len(paths)
+        rows.append(
+            (
+                row,
+                path_id,
+                desc,
+                chunk,
+                0 if index is None else index,
+                index is None,
+                offset,
+                length,
+            )
+        )
+    names = ("st_fqn", "st_path", "st_descriptors", "st_chunk", "st_index", "st_flags")
+    names += ("st_offset", "st_length")
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(names)
+    st = {name: np.asarray(col, _ARRAYS[name]) for name, col in zip(names, columns, strict=True)}
+    fqn_storage = np.asarray(fqn_storage, "<i8")
+    chunk_storage = np.asarray(chunk_storage, "<i8")
     arrays = {
         "fqn_kind": kind,
         "fqn_dtype": dtype_id,
