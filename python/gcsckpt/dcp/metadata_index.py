@@ -472,6 +472,16 @@ def _check_ids(values: np.ndarray, low: int, high: int, name: str, source: str) 
         raise _fail(source, f"{name} outside [{low}, {high})")
 
 
+def _below(values: np.ndarray, low: int) -> bool:
+    """True when some value is below `low` (one reduction, no temporary array)."""
+    return bool(values.size and values.min() < low)
+
+
+def _check_flags(flags: np.ndarray) -> bool:
+    """True when a storage row has flags other than bit 0."""
+    return bool(flags.size and flags.max() > 1)
+
+
 def _exclusive_cumsum(values: np.ndarray) -> np.ndarray:
     out = np.zeros(values.size, np.int64)
     np.cumsum(values[:-1], out=out[1:])
@@ -501,10 +511,10 @@ def _check_arrays(a: dict, n: int, n_paths: int, source: str, tables: tuple) -> 
         raise _fail(source, "a BYTE_IO FQN with chunks, or a tensor with a BYTE_IO entry")
     n_chunks = int(chunks.sum())
     dims = chunks * ndim
-    if a["size"].size != int(ndim.sum()) or (a["size"] < 0).any():
+    if a["size"].size != int(ndim.sum()) or _below(a["size"], 0):
         raise _fail(source, "size pool does not match fqn_ndim")
     for name in ("chunk_offsets", "chunk_sizes"):
-        if a[name].size != int(dims.sum()) or (a[name] < 0).any():
+        if a[name].size != int(dims.sum()) or _below(a[name], 0):
             raise _fail(source, f"{name} does not match fqn_chunks x fqn_ndim")
     s = a["st_fqn"].size
     for name in _ARRAYS:
@@ -517,20 +527,23 @@ def _check_arrays(a: dict, n: int, n_paths: int, source: str, tables: tuple) -> 
     _check_ids(a["st_chunk"], -1, n_chunks, "st_chunk", source)
     _check_ids(a["chunk_storage"], -1, s, "chunk_storage", source)
     _check_ids(a["fqn_storage"], -1, s, "fqn_storage", source)
-    if (a["st_offset"] < 0).any() or (a["st_length"] < 0).any() or (a["st_flags"] > 1).any():
+    if _below(a["st_offset"], 0) or _below(a["st_length"], 0) or _check_flags(a["st_flags"]):
         raise _fail(source, "negative storage offsets or lengths, or unknown flags")
-    rows = np.arange(s)
     st_chunk, st_fqn = a["st_chunk"], a["st_fqn"]
     on_chunk = st_chunk >= 0
-    chunk_fqn = np.repeat(np.arange(n), chunks)
-    if (a["chunk_storage"][st_chunk[on_chunk]] != rows[on_chunk]).any() or (
-        chunk_fqn[st_chunk[on_chunk]] != st_fqn[on_chunk]
-    ).any():
+    chunk_rows = np.flatnonzero(on_chunk)
+    named = st_chunk[chunk_rows]
+    chunk_fqn = np.repeat(np.arange(n, dtype=np.int32), chunks)
+    if np.any(a["chunk_storage"][named] != chunk_rows) or np.any(
+        chunk_fqn[named] != st_fqn[chunk_rows]
+    ):
         raise _fail(source, "a storage row and its chunk do not name each other")
-    if (a["fqn_storage"][st_fqn[~on_chunk]] != rows[~on_chunk]).any():
+    bytes_rows = np.flatnonzero(~on_chunk)
+    if np.any(a["fqn_storage"][st_fqn[bytes_rows]] != bytes_rows):
         raise _fail(source, "a BYTE_IO storage row and its FQN do not name each other")
-    if int((a["chunk_storage"] >= 0).sum()) != int(on_chunk.sum()) or int(
-        (a["fqn_storage"] >= 0).sum()
-    ) != int((~on_chunk).sum()):
+    if (
+        np.count_nonzero(a["chunk_storage"] >= 0) != chunk_rows.size
+        or np.count_nonzero(a["fqn_storage"] >= 0) != bytes_rows.size
+    ):
         raise _fail(source, "chunks or FQNs name storage rows that do not name them")
     return _exclusive_cumsum(chunks), _exclusive_cumsum(dims), _exclusive_cumsum(ndim)
