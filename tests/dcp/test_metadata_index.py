@@ -289,6 +289,29 @@ def test_unrepresentable_metadata_gets_no_index():
     md = _crafted_metadata()
     md.state_dict_metadata["a"].chunks.append(md.state_dict_metadata["a"].chunks[0])
     assert encode_index(md) is None
+    md = _crafted_metadata()
+    md.storage_data[MetadataIndex("opt.lr")] = _StorageInfo("__0_0.distcp", 1 << 64, 1)
+    assert encode_index(md) is None
+
+
+def test_wide_values_keep_int64_columns():
+    md = _crafted_metadata()
+    big = 3 << 31
+    md.state_dict_metadata["wide"] = TensorStorageMetadata(
+        TensorProperties(dtype=torch.int8),
+        Size((big + 10,)),
+        [ChunkStorageMetadata(Size((big,)), Size((10,)))],
+    )
+    md.storage_data[MetadataIndex("wide", Size((big,)), 0)] = _StorageInfo("w", big, 10)
+    ref = pickle.loads(dump_metadata(md))
+    lazy = _decode(dump_indexed(md))
+    _assert_same(lazy, ref)
+    chunk = ChunkStorageMetadata(Size((big + 4,)), Size((6,)))
+    want = create_read_items_for_chunk_list("wide", ref.state_dict_metadata["wide"], [chunk])
+    columns = index_of(lazy)
+    assert columns.read_items("wide", columns.row("wide"), [chunk]) == want
+    assert columns.columns.arrays["chunk_offsets"].dtype == np.int64
+    assert index_of(_decode(dump_indexed(ref))) is not None
 
 
 def _rebuild(data: bytes, change) -> bytes:

@@ -54,6 +54,7 @@ class IndexedColumns:
         self._chunk_start = columns.chunk_start.tolist()
         self._dims_start = columns.dims_start.tolist()
         self._size_start = columns.size_start.tolist()
+        # Chunk boxes may be stored as int32 (`metadata_index`): sums are taken in int64.
         self._offsets, self._sizes = a["chunk_offsets"], a["chunk_sizes"]
         self._chunk_storage, self._fqn_storage = a["chunk_storage"], a["fqn_storage"]
         self._size = a["size"]
@@ -81,8 +82,8 @@ class IndexedColumns:
         start, count, d = self._dims_start[row], self._chunks[row], self._ndim[row]
         end = start + count * d
         return (
-            self._offsets[start:end].reshape(count, d),
-            self._sizes[start:end].reshape(count, d),
+            self._offsets[start:end].astype(np.int64).reshape(count, d),
+            self._sizes[start:end].astype(np.int64).reshape(count, d),
         )
 
     def storage_metadata(self, row: int) -> TensorStorageMetadata | BytesStorageMetadata:

@@ -39,6 +39,7 @@ Arrays (F: FQNs, C: saved chunks of all tensors, S: storage entries in storage_d
     size i8[sum ndim]       each tensor's global size, FQN after FQN
     chunk_offsets, chunk_sizes i8[sum chunks*ndim]    each chunk's offsets/sizes, row-major
     chunk_storage i8[C]     storage row of the chunk's entry, -1 if none
+    (size, chunk_offsets, chunk_sizes, chunk_storage, st_chunk, st_index: i4 when all fit)
     st_fqn i4[S], st_path i4[S], st_descriptors i4[S] (-1: None)
     st_chunk i8[S]          the chunk (global row) whose offsets the key holds; -1: offset None
     st_index i8[S], st_flags u1[S] (bit 0: MetadataIndex.index is None)
@@ -112,6 +113,10 @@ _ARRAYS: dict[str, str] = {
     "st_offset": "<i8",
     "st_length": "<i8",
 }
+# Arrays written as int32 when every value fits (chunk boxes: every offset + size does), which
+# keeps them a third smaller; readers widen chunk boxes to int64 before adding to them.
+_NARROWABLE = {"size", "chunk_offsets", "chunk_sizes", "chunk_storage", "st_chunk", "st_index"}
+_INT32_MAX = (1 << 31) - 1
 _TENSOR, _BYTES = 0, 1
 _METADATA_FIELDS = {f.name for f in dataclasses.fields(Metadata)}
 _STORAGE_FIELDS = {f.name for f in dataclasses.fields(_StorageInfo)}
@@ -166,7 +171,15 @@ def _names(values: list) -> list[str]:
 
 
 def encode_index(metadata: Metadata) -> bytes | None:
-    """The index section of `metadata` (module doc), or None when it cannot state it exactly."""
+    """The index section of `metadata` (module doc), or None when it cannot state it exactly
+    (also when an integer does not fit int64)."""
+    try:
+        return _encode(metadata)
+    except OverflowError:
+        return None
+
+
+def _encode(metadata: Metadata) -> bytes | None:
     sdm, storage = metadata.state_dict_metadata, metadata.storage_data
     if type(metadata) is not Metadata or set(vars(metadata)) != _METADATA_FIELDS:
         return None
@@ -305,6 +318,7 @@ def encode_index(metadata: Metadata) -> bytes | None:
         "chunk_storage": chunk_storage,
         **st,
     }
+    _narrow(arrays)
     extra = dataclasses.replace(metadata, state_dict_metadata={}, storage_data={})
     extra_bytes = dump_metadata(extra)
     directory: dict[str, Any] = {
@@ -318,13 +332,26 @@ def encode_index(metadata: Metadata) -> bytes | None:
     return _pack(directory, arrays, extra_bytes)
 
 
+def _narrow(arrays: dict[str, np.ndarray]) -> None:
+    """Replaces each `_NARROWABLE` array (int64) by its int32 copy when every value fits
+    (chunk offsets and sizes only when each offset + size does too), in place."""
+    ends = arrays["chunk_offsets"] + arrays["chunk_sizes"]
+    fits_boxes = not ends.size or int(ends.max()) <= _INT32_MAX
+    for name in _NARROWABLE:
+        array = arrays[name]
+        if name in ("chunk_offsets", "chunk_sizes") and not fits_boxes:
+            continue
+        if not array.size or (int(array.min()) >= -1 and int(array.max()) <= _INT32_MAX):
+            arrays[name] = array.astype("<i4")
+
+
 def _pack(directory: dict, arrays: dict[str, np.ndarray], extra: bytes) -> bytes:
     """The section's bytes: directory JSON (with `arrays` and `extra` placed), then the data."""
     # Offsets depend on the JSON's length, which depends on the offsets: lay the data out
     # relative to its own start, then shift by the (padded) head once its length is known.
     layout, cursor = {}, 0
     for name, array in arrays.items():
-        layout[name] = [_ARRAYS[name], cursor, int(array.size)]
+        layout[name] = [array.dtype.str, cursor, int(array.size)]
         cursor += -(-array.nbytes // _ALIGN) * _ALIGN
     extra_at = cursor
     shift = 0
@@ -335,8 +362,8 @@ def _pack(directory: dict, arrays: dict[str, np.ndarray], extra: bytes) -> bytes
             break
         shift = needed
     parts = [moved, bytes(shift - len(moved))]
-    for name, array in arrays.items():
-        data = np.ascontiguousarray(array, _ARRAYS[name]).tobytes()
+    for array in arrays.values():
+        data = np.ascontiguousarray(array).tobytes()
         parts += [data, bytes(-len(data) % _ALIGN)]
     parts.append(extra)
     return b"".join(parts)
@@ -425,7 +452,8 @@ def _decode(section: memoryview, source: str) -> MetadataColumns:
     if set(layout) != set(_ARRAYS):
         raise _fail(source, f"arrays {sorted(set(layout) ^ set(_ARRAYS))} missing or unknown")
     for name, (dtype, offset, count) in layout.items():
-        if dtype != _ARRAYS[name] or type(offset) is not int or type(count) is not int:
+        allowed = (_ARRAYS[name], "<i4") if name in _NARROWABLE else (_ARRAYS[name],)
+        if dtype not in allowed or type(offset) is not int or type(count) is not int:
             raise _fail(source, f"array {name} is declared as {dtype!r} {offset!r} {count!r}")
         itemsize = np.dtype(dtype).itemsize
         if offset < 8 + head_len or count < 0 or offset + count * itemsize > len(section):
