@@ -113,7 +113,10 @@ def main(argv) -> None:
         arms = (STOCK, GCSCKPT) if stock else (GCSCKPT,)
         points = measure_simulated(LLAMA_70B, n, arms=arms)
         rows += report.simulated_rows(points)
-        print(f"  simulated {n}: {[(p.arm, p.decode_s, p.plan_s) for p in points]}", flush=True)
+        got = [(p.arm, p.decode_s, p.plan_s, p.metadata_bytes, p.pickle_bytes) for p in points]
+        print(
+            f"  simulated {n} (arm, decode s, plan s, bytes read, pickle bytes): {got}", flush=True
+        )
     if FLAGS.items or FLAGS.mb or FLAGS.ranks:
         rows += _real_axes()
     _print(rows, began)
