@@ -11,8 +11,9 @@ gcsckpt's own load path asks the columns directly (`index_of(metadata)`):
 
 - `IndexedColumns.read_items(fqn, local_chunks)`: the ReadItems torch's
   `create_read_items_for_chunk_list` makes, equal item for item and in its order, with the
-  overlap of each local chunk against all saved chunks of the tensor computed by numpy in one
-  pass (torch compares chunk objects one pair at a time: O(saved chunks) Python per item).
+  saved chunks that meet each local chunk found by one numpy comparison over the tensor's
+  column of chunk starts and ends (torch compares chunk objects one pair at a time: O(saved
+  chunks) Python per item).
 - `storage_row(index)`: a ReadItem's storage entry by row, from the MetadataIndex's chunk
   position hint (one comparison of offsets), without building the entries it does not name.
 - `chunk_of(index)`: the one saved chunk a storage index names, and its dtype.
@@ -204,9 +205,11 @@ class IndexedColumns:
         tensor's (the caller then takes torch's path, which decides what that means).
 
         torch sweeps the chunks along the dimension of largest extent and, for each local chunk
-        (by start along it), emits the overlapping saved chunks by (end along it, position):
-        here the overlap of a local box with all saved boxes is one numpy comparison, and the
-        matches are ordered the same way.
+        (by start along it), emits the overlapping saved chunks by (end along it, position).
+        Here the saved chunks that overlap a local one along dimension 0 are found by one numpy
+        comparison over the column of starts and ends (O(saved chunks) in C, not Python), the
+        few found are tested in every dimension, and the sweep dimension is computed only where
+        an order depends on it (several local chunks, or several matches).
         """
         if not local_chunks:
             return []
@@ -215,69 +218,85 @@ class IndexedColumns:
             return []
         if any(len(c.offsets) != d or len(c.sizes) != d for c in local_chunks):
             return None
-        offsets, sizes = self.boxes(row)
-        ends = offsets + sizes
+        start = self._dims_start[row]
+        offsets = self._offsets[start : start + count * d]
+        sizes = self._sizes[start : start + count * d]
         local_off = [list(c.offsets) for c in local_chunks]
         local_size = [list(c.sizes) for c in local_chunks]
-        sweep = 0
-        if d > 1:
-            best = 0
-            for dim in range(d):
-                extent = max(
-                    int(ends[:, dim].max()),
-                    *(o[dim] + s[dim] for o, s in zip(local_off, local_size, strict=True)),
-                )
-                if extent > best:
-                    best, sweep = extent, dim
-        if d == 0:
-            local_order = range(len(local_chunks))
-            saved_end = np.ones(count, np.int64)
+        found_sweep: list[int] = []
+
+        def sweep() -> int:
+            if not found_sweep:
+                best, dim_at = 0, 0
+                for dim in range(d):
+                    saved = offsets[dim::d].astype(np.int64) + sizes[dim::d]
+                    extent = max(
+                        int(saved.max()),
+                        *(o[dim] + z[dim] for o, z in zip(local_off, local_size, strict=True)),
+                    )
+                    if extent > best:
+                        best, dim_at = extent, dim
+                found_sweep.append(dim_at)
+            return found_sweep[0]
+
+        if d == 0 or len(local_chunks) == 1:
+            local_order: Sequence[int] = range(len(local_chunks))
         else:
-            local_order = sorted(range(len(local_chunks)), key=lambda i: local_off[i][sweep])
-            saved_end = ends[:, sweep]
+            dim = sweep() if d > 1 else 0
+            local_order = sorted(range(len(local_chunks)), key=lambda i: local_off[i][dim])
+        if d:
+            starts = offsets[0::d].astype(np.int64)
+            ends = starts + sizes[0::d]
         items: list[ReadItem] = []
-        size = torch.Size
-        tensor = LoadItemType.TENSOR
-        chunk_offsets = offsets.tolist() if count <= 16 else None
         for local_idx in local_order:
-            lo = np.asarray(local_off[local_idx], np.int64)
-            hi = lo + np.asarray(local_size[local_idx], np.int64)
-            overlap = (lo < ends).all(axis=1) & (offsets < hi).all(axis=1)
-            found = np.flatnonzero(overlap)
-            if not found.size:
-                continue
-            if found.size > 1:
-                found = found[np.lexsort((found, saved_end[found]))]
+            cur_off, cur_size = local_off[local_idx], local_size[local_idx]
+            if d:
+                hit = (starts < cur_off[0] + cur_size[0]) & (ends > cur_off[0])
+                candidates = np.flatnonzero(hit).tolist()
+            else:
+                candidates = list(range(count))
+            matches = []
+            for k in candidates:
+                so = offsets[k * d : (k + 1) * d].tolist()
+                ss = sizes[k * d : (k + 1) * d].tolist()
+                if all(
+                    c < o + z and o < c + n
+                    for c, n, o, z in zip(cur_off, cur_size, so, ss, strict=True)
+                ):
+                    matches.append((k, so, ss))
+            if len(matches) > 1 and d:
+                dim = sweep() if d > 1 else 0
+                matches.sort(key=lambda m: (m[1][dim] + m[2][dim], m[0]))
             chunk = local_chunks[local_idx]
             dest_index = MetadataIndex(fqn, chunk.offsets, local_idx)
-            cur_off, cur_size = local_off[local_idx], local_size[local_idx]
-            for storage_idx in found.tolist():
-                saved_off = (
-                    chunk_offsets[storage_idx]
-                    if chunk_offsets is not None
-                    else offsets[storage_idx].tolist()
-                )
-                saved_size = sizes[storage_idx].tolist()
-                storage_offsets, dest_offsets, lengths = [], [], []
-                for so, co, ss, cs in zip(saved_off, cur_off, saved_size, cur_size, strict=True):
-                    lengths.append(min(so + ss, co + cs) - max(co, so))
-                    if so > co:
-                        storage_offsets.append(0)
-                        dest_offsets.append(so - co)
-                    else:
-                        storage_offsets.append(co - so)
-                        dest_offsets.append(0)
-                items.append(
-                    ReadItem(
-                        type=tensor,
-                        dest_index=dest_index,
-                        dest_offsets=size(dest_offsets),
-                        storage_index=MetadataIndex(fqn, size(saved_off), storage_idx),
-                        storage_offsets=size(storage_offsets),
-                        lengths=size(lengths),
-                    )
-                )
+            items.extend(
+                _read_item(fqn, dest_index, k, so, ss, cur_off, cur_size) for k, so, ss in matches
+            )
         return items
+
+
+def _read_item(fqn, dest_index, storage_idx, saved_off, saved_size, cur_off, cur_size):
+    """torch's ReadItem for the overlap of saved chunk `storage_idx` (offsets, sizes) and the
+    local chunk (offsets, sizes) `dest_index` names (`_shards_get_overlap_region_wrt_saved_tensor`
+    per dimension)."""
+    storage_offsets, dest_offsets, lengths = [], [], []
+    for so, co, ss, cs in zip(saved_off, cur_off, saved_size, cur_size, strict=True):
+        lengths.append(min(so + ss, co + cs) - max(co, so))
+        if so > co:
+            storage_offsets.append(0)
+            dest_offsets.append(so - co)
+        else:
+            storage_offsets.append(co - so)
+            dest_offsets.append(0)
+    size = torch.Size
+    return ReadItem(
+        type=LoadItemType.TENSOR,
+        dest_index=dest_index,
+        dest_offsets=size(dest_offsets),
+        storage_index=MetadataIndex(fqn, size(saved_off), storage_idx),
+        storage_offsets=size(storage_offsets),
+        lengths=size(lengths),
+    )
 
 
 class _StateDictView(Mapping):
