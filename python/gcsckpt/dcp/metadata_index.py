@@ -9,11 +9,11 @@ torch's FileSystemReader/FsspecReader and every other reader of the pickle read 
 (tests/dcp/test_metadata_index.py, test_compat.py). A reader that knows the footer reads only
 the section: no Python object per storage entry until one is asked for.
 
-Why: unpickling costs ~13.5 us per storage entry however little of it a rank reads: 27 s of
-CPU per rank at 1,024 simulated ranks of a Llama-3-70B FSDP2 + AdamW checkpoint (2.2 million
-entries), and planning matched each of the rank's DTensor items against every saved chunk of
-its tensor, one Python object at a time. Parsing the section is a few numpy views and one
-small JSON document; figures: docs/measurements.md, "Scaling".
+Why: unpickling makes Python objects for every storage entry however few of them a rank reads,
+and `.metadata` grows with ranks x tensors (a Llama-3-70B FSDP2 + AdamW checkpoint at 1,024
+ranks has 2.2 million entries); parsing the section is a few numpy views, vectorised checks and
+one small JSON document, and entries are made only when asked for (`indexed_metadata`). The
+figures, before and after: docs/measurements.md, "Scaling" (simulated ranks).
 
 Section (all integers little-endian):
 

@@ -245,7 +245,7 @@ def _indexed_items(
     where torch's own path must decide (local chunks of another rank than the saved tensor's).
 
     A plain DTensor's local chunk is a function of its global shape, mesh and placements
-    (torch's `compute_local_shape_and_global_offset`, ~80 us each), the same for a parameter
+    (torch's `compute_local_shape_and_global_offset`), the same for a parameter
     and its optimizer moments and across layers: `chunk_lists` keeps one per such key.
 
     Raises:
