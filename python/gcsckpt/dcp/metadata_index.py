@@ -500,6 +500,28 @@ def _check_ids(values: np.ndarray, low: int, high: int, name: str, source: str) 
         raise _fail(source, f"{name} outside [{low}, {high})")
 
 
+# Storage rows checked at a time by `_check_rows`.
+_BLOCK = 1 << 18
+
+
+def _check_rows(a: dict, chunk_fqn: np.ndarray, first: int, stop: int, source: str) -> int:
+    """Checks storage rows [first, stop): each names a chunk that names it back and belongs to
+    its FQN, or a BYTE_IO FQN that names it back. Returns how many name a chunk."""
+    st_chunk, st_fqn = a["st_chunk"][first:stop], a["st_fqn"][first:stop]
+    on_chunk = st_chunk >= 0
+    chunk_rows = np.flatnonzero(on_chunk)
+    named = st_chunk[chunk_rows]
+    if np.any(a["chunk_storage"][named] != chunk_rows + first) or np.any(
+        chunk_fqn[named] != st_fqn[chunk_rows]
+    ):
+        raise _fail(source, "a storage row and its chunk do not name each other")
+    if chunk_rows.size != stop - first:
+        bytes_rows = np.flatnonzero(~on_chunk)
+        if np.any(a["fqn_storage"][st_fqn[bytes_rows]] != bytes_rows + first):
+            raise _fail(source, "a BYTE_IO storage row and its FQN do not name each other")
+    return int(chunk_rows.size)
+
+
 def _below(values: np.ndarray, low: int) -> bool:
     """True when some value is below `low` (one reduction, no temporary array)."""
     return bool(values.size and values.min() < low)
@@ -557,21 +579,14 @@ def _check_arrays(a: dict, n: int, n_paths: int, source: str, tables: tuple) -> 
     _check_ids(a["fqn_storage"], -1, s, "fqn_storage", source)
     if _below(a["st_offset"], 0) or _below(a["st_length"], 0) or _check_flags(a["st_flags"]):
         raise _fail(source, "negative storage offsets or lengths, or unknown flags")
-    st_chunk, st_fqn = a["st_chunk"], a["st_fqn"]
-    on_chunk = st_chunk >= 0
-    chunk_rows = np.flatnonzero(on_chunk)
-    named = st_chunk[chunk_rows]
     chunk_fqn = np.repeat(np.arange(n, dtype=np.int32), chunks)
-    if np.any(a["chunk_storage"][named] != chunk_rows) or np.any(
-        chunk_fqn[named] != st_fqn[chunk_rows]
-    ):
-        raise _fail(source, "a storage row and its chunk do not name each other")
-    bytes_rows = np.flatnonzero(~on_chunk)
-    if np.any(a["fqn_storage"][st_fqn[bytes_rows]] != bytes_rows):
-        raise _fail(source, "a BYTE_IO storage row and its FQN do not name each other")
+    chunk_rows = 0
+    for first in range(0, s, _BLOCK):  # blocks: temporaries stay small and reused
+        chunk_rows += _check_rows(a, chunk_fqn, first, min(s, first + _BLOCK), source)
+    bytes_rows = s - chunk_rows
     if (
-        np.count_nonzero(a["chunk_storage"] >= 0) != chunk_rows.size
-        or np.count_nonzero(a["fqn_storage"] >= 0) != bytes_rows.size
+        np.count_nonzero(a["chunk_storage"] >= 0) != chunk_rows
+        or np.count_nonzero(a["fqn_storage"] >= 0) != bytes_rows
     ):
         raise _fail(source, "chunks or FQNs name storage rows that do not name them")
     return _exclusive_cumsum(chunks), _exclusive_cumsum(dims), _exclusive_cumsum(ndim)
