@@ -33,7 +33,7 @@ from ckptbench.harness.rounds import interleave
 from ckptbench.scaling import scaling_report
 from ckptbench.scaling.ranks import RanksJob
 from ckptbench.scaling.real import ARMS, measure_real
-from ckptbench.scaling.simulated import measure_simulated
+from ckptbench.scaling.simulated import GCSCKPT, STOCK, measure_simulated
 from ckptbench.scaling.synthetic import LLAMA_70B
 from gcsckpt.testing import LocalGCS
 
@@ -47,6 +47,12 @@ flags.DEFINE_integer("ranks_items", 1000, "Items per rank on the ranks axis.")
 flags.DEFINE_integer("ranks_mb", 16, "MB per rank on the ranks axis.")
 flags.DEFINE_list(
     "sim_ranks", ["64", "128", "256", "512", "1024"], "Simulated ranks (70B); 4096 needs ~21 GB."
+)
+flags.DEFINE_integer(
+    "sim_stock_max",
+    0,
+    "Largest simulated N the stock arm runs at (0: all); its decoded Metadata "
+    "is the memory peak (the 1,024 point: ~5 GB).",
 )
 flags.DEFINE_integer("rounds", 1, "Rounds per point and arm (the least CPU is kept).")
 flags.DEFINE_string("png", "scaling.png", "Where the PNG goes (relative: the working directory).")
@@ -103,8 +109,22 @@ def main(argv) -> None:
     began = datetime.datetime.now(datetime.UTC)
     rows: list[scaling_report.Row] = []
     for n in map(int, FLAGS.sim_ranks):
-        rows += scaling_report.simulated_rows(measure_simulated(LLAMA_70B, n))
-        print(f"  simulated {n}: {[(r.arm, r.costs) for r in rows[-2:]]}", flush=True)
+        stock = not FLAGS.sim_stock_max or n <= FLAGS.sim_stock_max
+        arms = (STOCK, GCSCKPT) if stock else (GCSCKPT,)
+        points = measure_simulated(LLAMA_70B, n, arms=arms)
+        rows += scaling_report.simulated_rows(points)
+        got = [(p.arm, p.decode_s, p.plan_s, p.metadata_bytes, p.pickle_bytes) for p in points]
+        print(
+            f"  simulated {n} (arm, decode s, plan s, bytes read, pickle bytes): {got}", flush=True
+        )
+    if FLAGS.items or FLAGS.mb or FLAGS.ranks:
+        rows += _real_axes()
+    _print(rows, began)
+
+
+def _real_axes() -> list:
+    """Rows of the items, MB and ranks axes (one LocalGCS for all)."""
+    rows: list[scaling_report.Row] = []
     with LocalGCS() as gcs:
         gcs.create_bucket(BUCKET)
         _warm_up(gcs)
@@ -122,6 +142,11 @@ def main(argv) -> None:
             (int(r), FLAGS.ranks_items, FLAGS.ranks_mb * _MB, int(r)) for r in FLAGS.ranks
         ]
         rows += _real_axis(gcs, scaling_report.RANKS, rank_points, "ranks")
+    return rows
+
+
+def _print(rows: list, began) -> None:
+    """The tables, the exponents and the PNG."""
     print(f"\nScaling, {began:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs\n")
     for axis in (
         scaling_report.ITEMS,

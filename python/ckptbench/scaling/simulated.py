@@ -1,12 +1,17 @@
 """One rank's load planning and ``.metadata`` decode at N simulated ranks: gcsckpt's steps
 against stock DCP's, on the synthetic 70B checkpoint of ``synthetic`` (no I/O, one process).
 
-gcsckpt: ``metadata_codec.load_metadata`` (allow-listed unpickle and checks), ``GCSLoadPlanner``'s
-``set_up_planner`` + ``create_local_plan``, then the reader's ``storage_entries`` and
-``plan_item_ranges`` (TORCH_SAVE items: no blob headers, so no request). Stock: ``pickle.loads``
-(what FsspecReader/FileSystemReader do with ``.metadata``), ``DefaultLoadPlanner``'s
-``set_up_planner`` + ``create_local_plan``. Process CPU seconds of each step, one round per point (a
-point at 1,024 ranks is ~2 million storage entries).
+gcsckpt: ``.metadata`` as ``GCSStorageWriter`` commits it (``metadata_index.dump_indexed``: the
+pickle, the columnar index, the footer); decode is what ``GCSStorageReader.read_metadata`` does
+with the bytes it reads (the footer from the object's last ``TAIL_BYTES``, then
+``metadata_index.decode_index`` of the section and ``indexed_metadata``'s lazy Metadata; the
+pickle is not read); planning is ``GCSLoadPlanner``'s ``set_up_planner`` + ``create_local_plan``
+on it (overlaps on the columns), then the reader's ``storage_entries`` and ``plan_item_ranges``
+(TORCH_SAVE items: no blob headers, so no request). Stock: ``pickle.loads`` of the pickle (what
+FsspecReader/FileSystemReader do with ``.metadata``), ``DefaultLoadPlanner``'s
+``set_up_planner`` + ``create_local_plan``. Process CPU seconds of each step, one round per
+point (a point at 1,024 ranks is ~2 million storage entries). Figures: docs/measurements.md,
+"Scaling".
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from ckptbench.scaling.synthetic import (
     rank_state_dict,
     synthetic_metadata,
 )
+from gcsckpt.dcp.indexed_metadata import indexed_metadata
 from gcsckpt.dcp.load.load_errors import LoadErrors
+from gcsckpt.dcp.load.metadata_read import TAIL_BYTES
 from gcsckpt.dcp.load.plan import plan_item_ranges, storage_entries
-from gcsckpt.dcp.metadata_codec import dump_metadata, load_metadata
+from gcsckpt.dcp.metadata_index import FOOTER, decode_index, dump_indexed, parse_footer
 from gcsckpt.dcp.paths import CheckpointLocation
 from gcsckpt.dcp.planner import GCSLoadPlanner
 
@@ -41,10 +48,11 @@ class SimulatedPoint:
       arm: ``gcsckpt`` or ``stock``.
       ranks: simulated world size.
       entries: storage entries in ``.metadata``.
-      metadata_bytes: size of the pickled ``.metadata``.
+      metadata_bytes: ``.metadata`` bytes the arm's rank reads: stock the pickle; gcsckpt the
+        index section and footer (its object also holds the pickle, ``pickle_bytes``).
       items: ReadItems of the rank's plan.
       decode_s: CPU seconds to decode ``.metadata``.
-      plan_s: CPU seconds of the rank's planning (set-up, local plan, gcsckpt's item-range plan).
+      plan_s: CPU seconds of the rank's planning (set-up, local plan, gcsckpt's fetch plan).
     """
 
     arm: str
@@ -54,6 +62,7 @@ class SimulatedPoint:
     items: int
     decode_s: float
     plan_s: float
+    pickle_bytes: int = 0
 
     @property
     def total_s(self) -> float:
@@ -67,7 +76,7 @@ def _cpu(fn):
     return value, time.process_time() - began
 
 
-def _stock(payload: bytes, state: dict) -> tuple[int, float, float]:
+def _stock(payload: memoryview, state: dict) -> tuple[int, float, float]:
     metadata, decode = _cpu(lambda: pickle.loads(payload))
     planner = DefaultLoadPlanner()
 
@@ -79,9 +88,17 @@ def _stock(payload: bytes, state: dict) -> tuple[int, float, float]:
     return len(local.items), decode, plan_s
 
 
-def _gcsckpt(payload: bytes, state: dict, rank: int) -> tuple[int, float, float]:
-    source = "gs://scaling/sim/.metadata"
-    metadata, decode = _cpu(lambda: load_metadata(payload, source=source))
+def _read_index(data: bytes, source: str):
+    """What the reader does with the bytes it GETs: the footer from the tail, the section."""
+    footer = parse_footer(data[-TAIL_BYTES:], source=source)
+    start = footer.section_offset
+    section = memoryview(data)[start : start + footer.section_length]
+    return indexed_metadata(decode_index(section, footer, source=source))
+
+
+def _gcsckpt(data: bytes, state: dict, rank: int) -> tuple[int, float, float]:
+    source = "gs://scaling/sim/.metadata (generation 1)"
+    metadata, decode = _cpu(lambda: _read_index(data, source))
     planner = GCSLoadPlanner(compact_plans=False)  # the same plan, returned whole
     errors = LoadErrors(CheckpointLocation("scaling", "sim"), rank)
 
@@ -96,28 +113,40 @@ def _gcsckpt(payload: bytes, state: dict, rank: int) -> tuple[int, float, float]
     return len(items), decode, plan_s
 
 
-def measure_simulated(shape: ModelShape, ranks: int, rank: int = 1) -> list[SimulatedPoint]:
-    """Both arms' decode and planning for rank ``rank`` of ``ranks`` (stock first, then gcsckpt,
-    each on its own decoded copy). Joins and leaves a fake process group.
+def measure_simulated(
+    shape: ModelShape, ranks: int, rank: int = 1, arms: tuple[str, ...] = (STOCK, GCSCKPT)
+) -> list[SimulatedPoint]:
+    """The arms' decode and planning for rank ``rank`` of ``ranks`` (in ``arms``' order, each on
+    its own decoded copy). Joins and leaves a fake process group.
 
     Raises:
-      ValueError: ``rank`` is not below ``ranks``.
+      ValueError: ``rank`` is not below ``ranks``, or an arm is unknown.
     """
     if not 0 <= rank < ranks:
         raise ValueError(f"rank {rank} is not in a world of {ranks}")
+    if not set(arms) <= {STOCK, GCSCKPT}:
+        raise ValueError(f"unknown arms {arms}")
     metadata = synthetic_metadata(shape, ranks)
     entries = len(metadata.storage_data)
-    payload = dump_metadata(metadata)
+    data = dump_indexed(metadata)  # the pickle, then the index: one buffer for both arms
     del metadata
+    footer = parse_footer(data, source="synthetic")
+    pickle_bytes = footer.section_offset
+    read = {STOCK: pickle_bytes, GCSCKPT: footer.section_length + FOOTER.size}
     join_fake_world(rank, ranks)
     try:
         state = rank_state_dict(shape, rank, ranks)
+        run = {
+            STOCK: lambda: _stock(memoryview(data)[:pickle_bytes], state),
+            GCSCKPT: lambda: _gcsckpt(data, state, rank),
+        }
         points = []
-        for arm, run in ((STOCK, lambda: _stock(payload, state)),
-                         (GCSCKPT, lambda: _gcsckpt(payload, state, rank))):  # fmt: skip
+        for arm in arms:
             gc.collect()
-            items, decode, plan_s = run()
-            points.append(SimulatedPoint(arm, ranks, entries, len(payload), items, decode, plan_s))
+            items, decode, plan_s = run[arm]()
+            points.append(
+                SimulatedPoint(arm, ranks, entries, read[arm], items, decode, plan_s, pickle_bytes)
+            )
         return points
     finally:
         import torch.distributed as dist

@@ -4,7 +4,8 @@ Reads the layout torch 2.13's FileSystemWriter/FsspecWriter writes (per-rank `.d
 a pickled `.metadata`), in either serialization format. This module holds the DCP calls only;
 the load itself is `gcsckpt.dcp.load`, one module per step:
 
-    read_metadata          one GET of `.metadata` (with its generation), restricted unpickler
+    read_metadata          `.metadata`'s index section (one or two ranged GETs, one generation)
+                           as a lazy Metadata; without an index, the pickle (`load.metadata_read`)
     prepare_local_plan     items sorted by (object, offset)
     prepare_global_plan    one listing on the coordinator pins a generation per data object
                            (and, with read_once, marks the load as shared among its ranks)
@@ -25,7 +26,7 @@ import dataclasses
 import os
 import time
 import uuid
-import warnings
+from functools import partial
 from typing import Any
 
 import torch.distributed as dist
@@ -39,14 +40,22 @@ from gcsckpt.dcp import checksums
 from gcsckpt.dcp.gc_control import HeapFreeze, collector_paused
 from gcsckpt.dcp.load.decode import Decoder
 from gcsckpt.dcp.load.extents import check_extents
-from gcsckpt.dcp.load.generations import Pins, check_metadata_read, pin_generations
+from gcsckpt.dcp.load.generations import Pins, check_metadata_read
+from gcsckpt.dcp.load.listing import (
+    all_paths,
+    block_sums,
+    known_sizes,
+    list_pins,
+    object_size,
+    plan_paths,
+)
 from gcsckpt.dcp.load.load_errors import LoadErrors
+from gcsckpt.dcp.load.metadata_read import read_metadata_object
 from gcsckpt.dcp.load.pipeline import run_windows
 from gcsckpt.dcp.load.plan import make_windows, plan_item_ranges, sort_items, storage_entries
 from gcsckpt.dcp.load.ranges import CheckpointRanges
-from gcsckpt.dcp.load.replicas import ReplicaExchange, SharedReads
+from gcsckpt.dcp.load.replicas import SharedReads, exchange_for
 from gcsckpt.dcp.load.stats import LoadStats
-from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.dcp.missing import CheckpointNotFoundError, quiet_torch_fallback
 from gcsckpt.dcp.paths import (
     METADATA_NAME,
@@ -66,17 +75,6 @@ DEFAULT_INFLIGHT_BYTES = 256 << 20
 # replaces it (hsdp dpr2dp4 3.85 s off, 4.29 s on; docs/measurements.md, "Replicated layouts").
 # On halves storage bytes (ratio 2.06 -> 0.99): worth it where GETs are billed or network-bound.
 DEFAULT_READ_ONCE = False
-
-
-def _known_sizes(pins: Pins, sums: dict) -> dict[str, int]:
-    """Object sizes the extents are checked against: the listing's, and where the object has
-    block checksums, no more than the size they cover (a shorter object fails there, naming the
-    range; bytes beyond it could not be verified). Relative path -> bytes."""
-    sizes = dict(pins.sizes)
-    for path, block_sums in sums.items():
-        listed = sizes.get(path)
-        sizes[path] = block_sums.size if listed is None else min(listed, block_sums.size)
-    return sizes
 
 
 class GCSStorageReader(GCSCheckpointId, StorageReader):
@@ -197,23 +195,23 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         self._heap.thaw()
 
     def read_metadata(self, *args: Any, **kwargs: Any) -> Metadata:
-        """Fetches `.metadata` (or `__{rank}.metadata` with `rank=`) in one GET and unpickles it
-        with the restricted unpickler of `metadata_codec`; keeps the generation it was read at.
+        """Reads `.metadata` (or `__{rank}.metadata` with `rank=`) through
+        `load.metadata_read`: its index section as a lazy Metadata, or without an index its
+        pickle through `metadata_codec`'s restricted unpickler; keeps the generation read.
 
         Raises:
             CheckpointNotFoundError (a FileNotFoundError): the object is missing; the message
                 names the prefix (torch's fallback warnings about it are not printed, see
-                `gcsckpt.dcp.missing`). ValueError/UnsafeMetadataError: it is not a safe DCP
-                Metadata.
+                `gcsckpt.dcp.missing`). MetadataIndexError (a ValueError): a corrupt index
+                section. ValueError/UnsafeMetadataError: it is not a safe DCP Metadata.
         """
         location = self._location()
         rank = kwargs.get("rank")
         name = METADATA_NAME if rank is None else f"__{rank}{METADATA_NAME}"
         start = time.perf_counter()
         try:
-            data, generation = self._object_store().read(
-                location.bucket, location.object_name(name)
-            )
+            heap = self._heap if self.tune_gc else None
+            read = read_metadata_object(self._object_store(), location, name, heap)
         except FileNotFoundError:
             quiet_torch_fallback()
             missing = (
@@ -224,21 +222,14 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             raise CheckpointNotFoundError(
                 f"no checkpoint at {location.url()} ({missing})"
             ) from None
-        self._metadata_name, self._metadata_generation = name, generation
-        if self.tune_gc:
-            with collector_paused():
-                metadata = load_metadata(data, source=location.url(name))
-                # Frozen before the collector is back on: its first collection would otherwise
-                # walk every object just unpickled (20-37 ms for 12k entries; `gc_control`).
-                self._heap.freeze()
-        else:
-            metadata = load_metadata(data, source=location.url(name))
+        self._metadata_name, self._metadata_generation = name, read.generation
+        metadata = read.metadata
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = StorageMeta()
         metadata.storage_meta.load_id = self.load_id
         stats = self.load_stats
-        stats.metadata_requests += 1
-        stats.metadata_bytes += len(data)
+        stats.metadata_requests += read.requests
+        stats.metadata_bytes += read.bytes_read
         stats.metadata_s += time.perf_counter() - start
         return metadata
 
@@ -274,7 +265,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         if all(plan.storage_data is not None for plan in plans):
             return plans  # a planner's own storage_data: each rank lists for itself
         try:
-            pins = self._pins({info.relative_path for info in self.storage_data.values()})
+            pins = self._pins(all_paths(self.storage_data))
         except BaseException:
             self._heap.thaw()  # read_data, which thaws it and closes the clients, will not run
             self._close_clients()
@@ -283,7 +274,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         out = []
         for plan in plans:
             if plan.storage_data is None:
-                data = pins.only(self._paths(plan)) if plan.items else pins
+                data = pins.only(plan_paths(self.storage_data, plan.items)) if plan.items else pins
                 data = SharedReads(data, len(plans)) if share else data
                 plan = dataclasses.replace(plan, storage_data=data)
             out.append(plan)
@@ -309,28 +300,26 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
         pins, exchange = plan.storage_data, None
         try:
             if isinstance(pins, SharedReads):
-                pins, exchange = pins.pins, self._exchange(pins.ranks)
+                paths = sorted(all_paths(self.storage_data))
+                args = (paths, self.max_inflight_bytes, errors, stats)
+                pins, exchange = pins.pins, exchange_for(self.process_group, pins.ranks, *args)
             infos = storage_entries(plan.items, self.storage_data, errors)
             paths = {info.relative_path for info in infos}
             if not isinstance(pins, Pins):  # the coordinator's pins did not reach this plan
                 pins = self._pins(paths)
             check_metadata_read(pins, self._metadata_name, self._metadata_generation, errors)
             stats.pinned_objects = len(pins.objects)
-            sums = self._block_sums(paths)
+            sums = block_sums(self._checksums, paths, errors)
             ranges = CheckpointRanges(reader, self._location(), stats, pins.objects, sums)
             with collector_paused() if self.tune_gc else contextlib.nullcontext():
                 item_plan = plan_item_ranges(
                     plan.items, self.metadata, planner.resolve_tensor, ranges, errors, infos
                 )
+                size_of = partial(object_size, self._object_store(), self._location())
                 check_extents(
-                    item_plan.item_ranges, _known_sizes(pins, sums), ranges, errors, self._size_of
+                    item_plan.item_ranges, known_sizes(pins, sums), ranges, errors, size_of
                 )
-                stats.tensor_items = item_plan.tensor_items
-                stats.bytes_items = item_plan.bytes_items
-                stats.direct_items = item_plan.direct_items
-                stats.direct_archive_items = item_plan.direct_archive_items
-                stats.archive_templates = item_plan.archive_templates
-                stats.objects = item_plan.objects
+                stats.count_plan(item_plan)
                 stats.plan_s = time.perf_counter() - start
                 windows = make_windows(item_plan.item_ranges, max(1, self.max_inflight_bytes // 2))
                 decoder = Decoder(planner, self._transforms, errors, stats)
@@ -352,10 +341,7 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             raise
         finally:
             self._heap.thaw()
-            after = reader.stats()
-            stats.requests += after["requests"] - before["requests"]
-            stats.bytes_fetched += after["bytes_received"] - before["bytes_received"]
-            stats.retries += after["retries"] - before["retries"]
+            stats.count_reader(before, reader.stats())
             self._close_clients()
             stats.total_s = time.perf_counter() - start
         future: Future[None] = Future()
@@ -388,75 +374,17 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             )
         return self._store
 
-    def _block_sums(self, paths: set[str]) -> dict:
-        """BlockSums of the objects `paths` (relative) that have checksums.
-
-        Raises:
-            CheckpointReadError: a malformed record in `.metadata` (names it).
-        """
-        if not self._checksums:
-            return {}
-        try:
-            return checksums.block_sums(self._checksums, paths)
-        except ValueError as e:
-            raise self._errors().at(METADATA_NAME, 0, 0, str(e)) from None
-
-    def _paths(self, plan: LoadPlan) -> set[str]:
-        """Relative paths of the data objects `plan` reads."""
-        storage = self.storage_data
-        return {
-            storage[item.storage_index].relative_path
-            for item in plan.items
-            if item.storage_index in storage
-        }
-
     def _pins(self, paths) -> Pins:
-        """Pins for `paths` from one listing of the checkpoint prefix (direct children only).
-        A listing that fails is warned about and pins nothing."""
-        paths = set(paths)
-        if not paths:
-            return Pins(None, {})  # nothing to read: no LIST
-        location = self._location()
-        prefix = location.object_name("")
-        try:
-            listing = self._object_store().list_objects(location.bucket, prefix, delimiter="/")
-        except (OSError, ValueError) as e:
-            warnings.warn(
-                f"rank {self.rank}: cannot list {location.url()} ({e}); each object is read at "
-                "the generation its first read names, and its size is checked by a 1-byte GET",
-                stacklevel=3,
-            )
-            return Pins(None, {})
-        self.load_stats.list_requests += 1
-        return pin_generations(
-            listing,
-            prefix,
-            self._metadata_name,
-            self._metadata_generation,
+        """Pins for `paths` from one listing of the prefix (`load.listing.list_pins`)."""
+        return list_pins(
+            self._object_store(),
+            self._location(),
             paths,
+            (self._metadata_name, self._metadata_generation),
             self._errors(),
+            self.load_stats,
             check_commit_order=self.check_commit_order,
         )
-
-    def _size_of(self, path: str) -> int | None:
-        """The size (bytes) of data object `path` (one metadata GET), None if unknown."""
-        location = self._location()
-        try:
-            return self._object_store().size(location.bucket, location.object_name(path))
-        except (OSError, ValueError):
-            return None
-
-    def _exchange(self, ranks: int) -> ReplicaExchange | None:
-        """The exchange of a load shared by `ranks` ranks; None when this process is not in
-        such a group (every rank then decides the same, from the same plan and group)."""
-        group = self.process_group
-        if not (dist.is_available() and dist.is_initialized()):
-            return None
-        if dist.get_world_size(group) != ranks:
-            return None
-        paths = [info.relative_path for info in self.storage_data.values()]
-        budget, stats = self.max_inflight_bytes, self.load_stats
-        return ReplicaExchange(group, paths, budget, self._errors(), stats)
 
     def _reader(self) -> RangeReader:
         if self._range_reader is None:

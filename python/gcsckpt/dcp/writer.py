@@ -49,7 +49,7 @@ from torch.distributed.checkpoint.storage import StorageWriter, WriteResult
 from torch.futures import Future
 
 from gcsckpt.dcp import checksums, client_cache
-from gcsckpt.dcp.metadata_codec import dump_metadata
+from gcsckpt.dcp.metadata_index import dump_indexed
 from gcsckpt.dcp.paths import CheckpointLocation, GCSCheckpointId, parse_checkpoint_id
 from gcsckpt.dcp.save.background import lower_thread_priority
 from gcsckpt.dcp.save.commit import CheckpointExistsError, SaveObjects, complete_metadata
@@ -307,7 +307,7 @@ class GCSStorageWriter(GCSCheckpointId, StorageWriter):
         ours = complete_metadata(metadata, results, self.storage_meta())
         self._objects().commit(
             metadata_name(self.rank, use_collectives=self.use_collectives),
-            dump_metadata(metadata),
+            dump_indexed(metadata),
             overwrite=self.overwrite,
             ours=ours,
             save_id=self.save_id,

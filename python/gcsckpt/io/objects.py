@@ -195,6 +195,35 @@ class ObjectStore:
         )
         return StoredObject(data, _generation(blob.generation))
 
+    def read_range(
+        self,
+        bucket: str,
+        name: str,
+        start: int,
+        end: int | None = None,
+        *,
+        generation: int | None = None,
+    ) -> StoredObject:
+        """Bytes [start, end) of an object in one ranged media GET, with its generation.
+
+        Args:
+            start: first byte; negative: the last -start bytes (the whole object when it is
+                shorter). end: one past the last byte (None: to the end).
+            generation: read this generation, not the live one.
+
+        Raises:
+            FileNotFoundError: no such object (or generation). ObjectStoreError: any other
+            failure (a range past the end of the object is one).
+        """
+        blob = self._blob(bucket, name, generation)
+        last = None if end is None else end - 1
+        data = self._call(
+            "GET",
+            f"gs://{bucket}/{name}",
+            lambda: blob.download_as_bytes(start=start, end=last, **self._options()),
+        )
+        return StoredObject(data, _generation(blob.generation))
+
     def download(self, bucket: str, name: str) -> bytes:
         """The whole object's bytes (`read(...).data`)."""
         return self.read(bucket, name).data

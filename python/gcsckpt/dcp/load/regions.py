@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, Metadata, MetadataIndex
 
+from gcsckpt.dcp.indexed_metadata import index_of
+
 
 def chunk_of(metadata: Metadata, index: MetadataIndex) -> tuple[ChunkStorageMetadata, torch.dtype]:
     """The ChunkStorageMetadata a storage index names, and its tensor's dtype.
@@ -20,6 +22,9 @@ def chunk_of(metadata: Metadata, index: MetadataIndex) -> tuple[ChunkStorageMeta
     Raises:
         ValueError: the FQN or chunk is not in `state_dict_metadata`.
     """
+    columns = index_of(metadata)
+    if columns is not None:  # one chunk from the columns, not the tensor's whole entry
+        return columns.chunk_of(index)
     entry = metadata.state_dict_metadata.get(index.fqn)
     chunks = getattr(entry, "chunks", None)
     if chunks is None:

@@ -251,6 +251,19 @@ class ReplicaExchange:
         return CheckpointReadError(self.rank, [], summary=summary)
 
 
+def exchange_for(
+    group, ranks: int, paths: Sequence[str], budget: int, errors: LoadErrors, stats: LoadStats
+) -> ReplicaExchange | None:
+    """The exchange of a load shared by `ranks` ranks over `group` (None: the default group),
+    or None when this process is not in such a group (every rank then decides the same, from
+    the same plan and group). `paths`, `budget`, ...: as `ReplicaExchange`'s."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    if dist.get_world_size(group) != ranks:
+        return None
+    return ReplicaExchange(group, paths, budget, errors, stats)
+
+
 def _buffered(item_range: ItemRange) -> ItemRange:
     """`item_range` with its whole range read into a window slot (not straight into its target), so
     the bytes can be sent as they are; the decoder then copies them into the target."""

@@ -71,6 +71,18 @@ class LoadStats:
     copy_s: float = 0.0
     total_s: float = 0.0
 
+    def count_plan(self, item_plan) -> None:
+        """Takes the item and object counts of a `plan.ItemRangePlan`."""
+        for name in ("tensor_items", "bytes_items", "direct_items", "direct_archive_items"):
+            setattr(self, name, getattr(item_plan, name))
+        self.archive_templates, self.objects = item_plan.archive_templates, item_plan.objects
+
+    def count_reader(self, before: dict, after: dict) -> None:
+        """Adds what the range reader counted between two of its `stats()` snapshots."""
+        self.requests += after["requests"] - before["requests"]
+        self.bytes_fetched += after["bytes_received"] - before["bytes_received"]
+        self.retries += after["retries"] - before["retries"]
+
     def as_dict(self) -> dict:
         """Plain dict (for JSON/CSV publishers)."""
         return asdict(self)
