@@ -41,11 +41,11 @@ from gcsckpt.dcp.metadata_codec import dump_metadata, load_metadata
 from gcsckpt.dcp.metadata_index import (
     FOOTER,
     MetadataIndexError,
-    decode_index,
     dump_indexed,
     encode_index,
     parse_footer,
 )
+from gcsckpt.dcp.metadata_index_decode import decode_index
 from gcsckpt.dcp.planner import GCSLoadPlanner
 from gcsckpt.io import crc32c
 

@@ -4,7 +4,7 @@ against stock DCP's, on the synthetic 70B checkpoint of ``synthetic`` (no I/O, o
 gcsckpt: ``.metadata`` as ``GCSStorageWriter`` commits it (``metadata_index.dump_indexed``: the
 pickle, the columnar index, the footer); decode is what ``GCSStorageReader.read_metadata`` does
 with the bytes it reads (the footer from the object's last ``TAIL_BYTES``, then
-``metadata_index.decode_index`` of the section and ``indexed_metadata``'s lazy Metadata; the
+``metadata_index_decode.decode_index`` of the section and ``indexed_metadata``'s lazy Metadata; the
 pickle is not read); planning is ``GCSLoadPlanner``'s ``set_up_planner`` + ``create_local_plan``
 on it (overlaps on the columns), then the reader's ``storage_entries`` and ``plan_item_ranges``
 (TORCH_SAVE items: no blob headers, so no request). Stock: ``pickle.loads`` of the pickle (what
@@ -33,7 +33,8 @@ from gcsckpt.dcp.indexed_metadata import indexed_metadata
 from gcsckpt.dcp.load.load_errors import LoadErrors
 from gcsckpt.dcp.load.metadata_read import TAIL_BYTES
 from gcsckpt.dcp.load.plan import plan_item_ranges, storage_entries
-from gcsckpt.dcp.metadata_index import FOOTER, decode_index, dump_indexed, parse_footer
+from gcsckpt.dcp.metadata_index import FOOTER, dump_indexed, parse_footer
+from gcsckpt.dcp.metadata_index_decode import decode_index
 from gcsckpt.dcp.paths import CheckpointLocation
 from gcsckpt.dcp.planner import GCSLoadPlanner
 

@@ -7,17 +7,10 @@ DefaultLoadPlanner and every other reader of Metadata work unchanged, at about t
 cost per entry they touch and none for the others. Pickling or copying a view gives a plain
 dict (all entries made).
 
-gcsckpt's own load path asks the columns directly (`index_of(metadata)`):
-
-- `IndexedColumns.read_items(fqn, local_chunks)`: the ReadItems torch's
-  `create_read_items_for_chunk_list` makes, equal item for item and in its order, with the
-  saved chunks that meet each local chunk found by one numpy comparison over the tensor's
-  column of chunk starts and ends (torch compares chunk objects one pair at a time: O(saved
-  chunks) Python per item).
-- `storage_row(index)`: a ReadItem's storage entry by row, from the MetadataIndex's chunk
-  position hint (one comparison of offsets), without building the entries it does not name.
-- `chunk_of(index)`: the one saved chunk a storage index names, and its dtype.
-- `relative_paths()`: the data objects of the checkpoint (from the path table).
+gcsckpt's own load path asks the columns directly (`index_of(metadata)`): `read_items` makes
+the ReadItems torch's `create_read_items_for_chunk_list` makes (equal, in its order), finding
+the saved chunks that meet a local chunk by one numpy comparison where torch compares chunk
+objects pair by pair; `storage_row`, `chunk_of` and `relative_paths` answer by row.
 """
 
 from __future__ import annotations
@@ -38,9 +31,7 @@ from torch.distributed.checkpoint.metadata import (
 )
 from torch.distributed.checkpoint.planner import LoadItemType, ReadItem
 
-from gcsckpt.dcp.metadata_index import MetadataColumns
-
-_BYTES = 1
+from gcsckpt.dcp.metadata_index import KIND_BYTES, MetadataColumns
 
 
 class IndexedColumns:
@@ -67,7 +58,7 @@ class IndexedColumns:
 
     def is_bytes(self, row: int) -> bool:
         """True when FQN row `row` is a BYTE_IO entry."""
-        return bool(self._kind[row] == _BYTES)
+        return bool(self._kind[row] == KIND_BYTES)
 
     def size(self, row: int) -> torch.Size:
         """The global size of tensor row `row`."""
@@ -89,7 +80,7 @@ class IndexedColumns:
 
     def storage_metadata(self, row: int) -> TensorStorageMetadata | BytesStorageMetadata:
         """The entry of state_dict_metadata at FQN row `row`, made anew."""
-        if self._kind[row] == _BYTES:
+        if self._kind[row] == KIND_BYTES:
             return BytesStorageMetadata()
         c = self.columns
         a = c.arrays
@@ -178,7 +169,7 @@ class IndexedColumns:
             ValueError: the FQN is no tensor, or has no chunk at the index's offsets.
         """
         row = self.columns.fqn_row.get(index.fqn)
-        if row is None or self._kind[row] == _BYTES:
+        if row is None or self._kind[row] == KIND_BYTES:
             raise ValueError(f"FQN {index.fqn!r} has no tensor metadata")
         position = (
             -1 if index.offset is None else self._chunk_position(row, index.offset, index.index)

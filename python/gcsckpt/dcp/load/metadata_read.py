@@ -25,9 +25,9 @@ from gcsckpt.dcp.metadata_codec import load_metadata
 from gcsckpt.dcp.metadata_index import (
     FORMAT_VERSION,
     MetadataIndexError,
-    decode_index,
     parse_footer,
 )
+from gcsckpt.dcp.metadata_index_decode import decode_index
 from gcsckpt.dcp.paths import CheckpointLocation
 from gcsckpt.io.objects import ObjectStore
 
