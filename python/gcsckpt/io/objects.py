@@ -9,7 +9,8 @@ google-cloud-storage (anonymous against an emulator, ``gcsckpt.io.auth`` tokens 
 on a keep-alive connection pool shared by threads (built by ``gcsckpt.io.storage_client``).
 Every request runs under the one ``RetryPolicy`` (``gcsckpt.io.retry.api_core_retry``) with
 ``(connect_timeout_s, stall_timeout_s)`` per attempt. Its upload speed against the client it
-replaced: docs/measurements.md, "The control-plane client".
+replaced: docs/measurements.md, "The control-plane client". One job past 400 lines: one class,
+GCS's object and bucket calls.
 """
 
 from __future__ import annotations
@@ -189,11 +190,7 @@ class ObjectStore:
             FileNotFoundError: no such object (or generation). ObjectStoreError: any other
             failure.
         """
-        blob = self._blob(bucket, name, generation)
-        data = self._call(
-            "GET", f"gs://{bucket}/{name}", lambda: blob.download_as_bytes(**self._options())
-        )
-        return StoredObject(data, _generation(blob.generation))
+        return self._get(bucket, name, generation)  # no Range header: the library checks CRC/MD5
 
     def read_range(
         self,
@@ -215,12 +212,16 @@ class ObjectStore:
             FileNotFoundError: no such object (or generation). ObjectStoreError: any other
             failure (a range past the end of the object is one).
         """
+        return self._get(
+            bucket, name, generation, start=start, end=None if end is None else end - 1
+        )
+
+    def _get(self, bucket: str, name: str, generation: int | None, **span) -> StoredObject:
         blob = self._blob(bucket, name, generation)
-        last = None if end is None else end - 1
         data = self._call(
             "GET",
             f"gs://{bucket}/{name}",
-            lambda: blob.download_as_bytes(start=start, end=last, **self._options()),
+            lambda: blob.download_as_bytes(**span, **self._options()),
         )
         return StoredObject(data, _generation(blob.generation))
 
