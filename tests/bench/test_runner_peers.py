@@ -29,6 +29,7 @@ from ckptbench.runner.case_verdict import load_result
 from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
 from ckptbench.worker.case_jobs import LoadJob
+from gcsckpt.dcp.metadata_index import FOOTER, parse_footer
 from gcsckpt.testing import LocalGCS
 from tests.bench.runner_fixtures import (
     EP,
@@ -105,9 +106,27 @@ def test_every_arm_loads_and_saves_verified(gcs, peers_run):
     loads, saves = outcome.results[:3], outcome.results[3:]
     size = loads[0].checkpoint_physical_size_bytes
     assert size > 4_000_000 and {r.checkpoint_physical_size_bytes for r in loads} == {size}
-    # Every writer stored the same tensors; object framing differs by a few hundred bytes.
+    # Every writer stored the same tensors; object framing differs by a few hundred bytes, and
+    # only gcsckpt's `.metadata` carries the columnar index after the pickle.
+    index = _index_bytes(gcs)
+    assert 0 < index < 0.2 * size
     for result in saves:
-        assert abs(result.checkpoint_physical_size_bytes - size) < 0.01 * size
+        stored = size if result.writer == "gcsckpt" else size - index
+        assert abs(result.checkpoint_physical_size_bytes - stored) < 0.01 * size, result.writer
+
+
+def _index_bytes(gcs) -> int:
+    """Bytes of the index section and footer in the `.metadata` of the loads' checkpoint (saved
+    by gcsckpt's writer; the save phase leaves nothing behind)."""
+    found = set()
+    for blob in gcs.storage_client().list_blobs(BUCKET, prefix="peers/"):
+        if blob.name.endswith("/.metadata"):
+            tail = blob.download_as_bytes(start=blob.size - FOOTER.size)
+            footer = parse_footer(tail, source=blob.name)
+            if footer is not None:
+                found.add(footer.section_length + FOOTER.size)
+    assert len(found) == 1, found
+    return found.pop()
 
 
 def test_saves_leave_nothing_behind(gcs, peers_run):
