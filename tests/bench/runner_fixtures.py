@@ -8,9 +8,11 @@ import io
 from typing import TYPE_CHECKING
 
 from ckptbench.runner.config import RunConfig
+from gcsckpt.dcp.metadata_index import FOOTER, parse_footer
 
 if TYPE_CHECKING:
     from ckptbench.runner.manifest import SetupManifest
+    from gcsckpt.testing import LocalGCS
 
 # Names without the bucket type: the cases' object prefixes.
 FSDP_BASE = "load-olmoe_1b_7b_0924-fsdp-ws2"
@@ -78,3 +80,21 @@ def interpreter_facts(rank: int) -> tuple[int, str, str, str]:
     from gcsckpt.io.extension import _gcsio
 
     return rank, sys.executable, storage.__version__, _gcsio.__file__
+
+
+def index_bytes(gcs: LocalGCS, bucket: str, prefix: str) -> int:
+    """Bytes of the index section and footer that gcsckpt's writer appends to `.metadata`
+    (other writers do not), in the one gcsckpt-written checkpoint under `prefix`.
+
+    Raises:
+        AssertionError: no such checkpoint, or several of different index sizes.
+    """
+    found = set()
+    for blob in gcs.storage_client().list_blobs(bucket, prefix=prefix):
+        if blob.name.endswith("/.metadata"):
+            tail = blob.download_as_bytes(start=blob.size - FOOTER.size)
+            footer = parse_footer(tail, source=blob.name)
+            if footer is not None:
+                found.add(footer.section_length + FOOTER.size)
+    assert len(found) == 1, found
+    return found.pop()

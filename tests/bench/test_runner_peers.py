@@ -29,12 +29,12 @@ from ckptbench.runner.case_verdict import load_result
 from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker.arms import DATAFLUX_PART_BYTES, DATAFLUX_PYTHON, MSC_UPLOAD_OPTIONS
 from ckptbench.worker.case_jobs import LoadJob
-from gcsckpt.dcp.metadata_index import FOOTER, parse_footer
 from gcsckpt.testing import LocalGCS
 from tests.bench.runner_fixtures import (
     EP,
     EP_BASE,
     NoDisplay,
+    index_bytes,
     interpreter_facts,
     tiny_run_config,
 )
@@ -108,25 +108,11 @@ def test_every_arm_loads_and_saves_verified(gcs, peers_run):
     assert size > 4_000_000 and {r.checkpoint_physical_size_bytes for r in loads} == {size}
     # Every writer stored the same tensors; object framing differs by a few hundred bytes, and
     # only gcsckpt's `.metadata` carries the columnar index after the pickle.
-    index = _index_bytes(gcs)
+    index = index_bytes(gcs, BUCKET, "peers/")
     assert 0 < index < 0.2 * size
     for result in saves:
         stored = size if result.writer == "gcsckpt" else size - index
         assert abs(result.checkpoint_physical_size_bytes - stored) < 0.01 * size, result.writer
-
-
-def _index_bytes(gcs) -> int:
-    """Bytes of the index section and footer in the `.metadata` of the loads' checkpoint (saved
-    by gcsckpt's writer; the save phase leaves nothing behind)."""
-    found = set()
-    for blob in gcs.storage_client().list_blobs(BUCKET, prefix="peers/"):
-        if blob.name.endswith("/.metadata"):
-            tail = blob.download_as_bytes(start=blob.size - FOOTER.size)
-            footer = parse_footer(tail, source=blob.name)
-            if footer is not None:
-                found.add(footer.section_length + FOOTER.size)
-    assert len(found) == 1, found
-    return found.pop()
 
 
 def test_saves_leave_nothing_behind(gcs, peers_run):

@@ -19,7 +19,7 @@ from ckptbench.runner.storage import BenchStorage
 from ckptbench.worker import arms
 from ckptbench.worker.case_jobs import SaveJob
 from gcsckpt.testing import LocalGCS
-from tests.bench.runner_fixtures import EP, EP_BASE, tiny_run_config
+from tests.bench.runner_fixtures import EP, EP_BASE, index_bytes, tiny_run_config
 
 BUCKET = "runner-saves"
 SAVE = "save-" + EP[len("load-") :]
@@ -63,7 +63,7 @@ def saves_run(gcs, tmp_path_factory):
     return outcome, out.getvalue(), before
 
 
-def test_every_save_is_verified_and_the_reference_runs_its_own_rounds(saves_run):
+def test_every_save_is_verified_and_the_reference_runs_its_own_rounds(gcs, saves_run):
     outcome, text, _ = saves_run
     assert outcome.failures == []
     saves = {r.writer: r for r in outcome.results if r.scenario == "checkpoint_write"}
@@ -71,8 +71,11 @@ def test_every_save_is_verified_and_the_reference_runs_its_own_rounds(saves_run)
     assert [len(saves[w].rounds) for w in WRITERS] == [1, 2]
     assert all(r.checksums_verified for r in saves.values())
     ours, local = saves["gcsckpt"].checkpoint_physical_size_bytes, saves["localfs"]
-    # The same tensors in both; object framing differs by a little.
-    assert abs(local.checkpoint_physical_size_bytes - ours) < 0.01 * ours
+    # The same tensors in both; object framing differs by a little, and only gcsckpt's
+    # `.metadata` carries the columnar index after the pickle.
+    index = index_bytes(gcs, BUCKET, "saves/")
+    assert 0 < index < 0.2 * ours
+    assert abs(local.checkpoint_physical_size_bytes - (ours - index)) < 0.01 * ours
     assert "Timed saves per writer: gcsckpt 1, localfs 2 on 1 case(s)" in text
     # Both localfs rounds are jobs of "where the time went".
     for index in (1, 2):
