@@ -6,8 +6,8 @@ decoded from them (checkpoints up to ~64 KiB of index: one request), a longer on
 ranged GET pinned to the same generation (never the pickle before it). The result is the lazy
 Metadata of `indexed_metadata`. An object without a footer (stock torch, a peer, an older
 gcsckpt) or with a format version this gcsckpt does not know is read whole at that generation
-(no second GET when the tail already was the whole object) and unpickled by `metadata_codec`,
-as before the index existed.
+(a second GET, whose bytes google-cloud-storage checks against the object's stored hash) and
+unpickled by `metadata_codec`, as before the index existed.
 
 A footer whose section fails its checks raises `MetadataIndexError` (why not the pickle: see
 `metadata_index`'s module doc).
@@ -75,12 +75,12 @@ def read_metadata_object(
     where = f"{url} (generation {generation})"
     footer = parse_footer(data, source=where)
     if footer is None or footer.version != FORMAT_VERSION:
-        requests, read = 1, len(data)
-        if len(data) >= tail_bytes:  # the tail may not be the whole object: read it all
-            data = store.read(bucket, object_name, generation=generation).data
-            requests, read = 2, read + len(data)
-        metadata = _decoding(lambda: load_metadata(data, source=url), heap)
-        return MetadataRead(metadata, generation, requests, read, False)
+        # Read whole even when the tail held it all: google-cloud-storage checks a whole
+        # object's CRC-32C/MD5 against its stored hash, never a range's, and nothing else
+        # checks a pickle-only `.metadata`.
+        whole = store.read(bucket, object_name, generation=generation).data
+        metadata = _decoding(lambda: load_metadata(whole, source=url), heap)
+        return MetadataRead(metadata, generation, 2, len(data) + len(whole), False)
     total = footer.object_size
     tail_start = total - len(data)
     if tail_start < 0:
