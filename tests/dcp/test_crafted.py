@@ -125,9 +125,10 @@ def test_length_larger_than_the_object_fails_before_allocating(gcs, listed):
     good_md = pickle.loads(gcs.get(BUCKET, "good/.metadata"))
     offset = next(i for x, i in good_md.storage_data.items() if x.fqn == "w").offset
     size = len(gcs.get(BUCKET, f"good/{OBJECT}"))
-    # Without a listing (the LIST, the load's second request, fails), the size the object's
-    # block checksums cover is known from .metadata: no GET is needed either way.
-    faults = [] if listed else [Fault(kind="status", status=404, media_only=False, nth=2)]
+    # Without a listing (the LIST, the load's third request after the two GETs of a crafted
+    # `.metadata` without an index, fails), the size the object's block checksums cover is
+    # known from .metadata: no GET is needed either way.
+    faults = [] if listed else [Fault(kind="status", status=404, media_only=False, nth=3)]
     state = _blank()
     with FaultProxy(gcs.endpoint, faults) as proxy:
         reader = GCSStorageReader(url, endpoint=proxy.endpoint)
@@ -140,7 +141,8 @@ def test_length_larger_than_the_object_fails_before_allocating(gcs, listed):
     ) in str(info.value)
     data_gets = [p for _, p in log if OBJECT in p and "alt=media" in p]
     assert data_gets == []
-    assert "/o?" in log[1][1] and "alt=media" not in log[1][1]  # the LIST
+    assert [".metadata" in p and "alt=media" in p for _, p in log[:2]] == [True, True]
+    assert "/o?" in log[2][1] and "alt=media" not in log[2][1]  # the LIST
     assert torch.count_nonzero(state["w"]) == 0 and state["m"] == {"k": 0}
 
 
