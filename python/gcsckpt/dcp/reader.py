@@ -214,14 +214,9 @@ class GCSStorageReader(GCSCheckpointId, StorageReader):
             read = read_metadata_object(self._object_store(), location, name, heap)
         except FileNotFoundError:
             quiet_torch_fallback()
-            missing = (
-                f"{location.url(name)} does not exist"
-                if rank is None
-                else f"neither {METADATA_NAME} nor {location.url(name)} exists"
-            )
-            raise CheckpointNotFoundError(
-                f"no checkpoint at {location.url()} ({missing})"
-            ) from None
+            # rank: torch's per-rank fallback after `.metadata` failed, for any cause
+            what = "no checkpoint at " + location.url() if rank is None else "no per-rank metadata"
+            raise CheckpointNotFoundError(f"{what} ({location.url(name)} does not exist)") from None
         self._metadata_name, self._metadata_generation = name, read.generation
         metadata = read.metadata
         if getattr(metadata, "storage_meta", None) is None:
