@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 
@@ -12,7 +13,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.filesystem import _StorageInfo
 
-from gcsckpt.dcp import GCSStorageReader, GCSStorageWriter
+from gcsckpt.dcp import GCSLoadPlanner, GCSStorageReader, GCSStorageWriter
 from gcsckpt.io import ObjectStore
 from gcsckpt.testing import Fault, FaultProxy, LocalGCS
 
@@ -188,3 +189,34 @@ def test_corrupted_archive_bytes(gcs):
 def test_variants_were_really_uploaded(gcs):
     names = ObjectStore(gcs.endpoint).list(BUCKET, "good/")
     assert sorted(names) == ["good/.metadata", f"good/{OBJECT}"]
+
+
+@pytest.mark.parametrize(
+    ("offset", "size", "why"),
+    [(0, 599, "cover 599 elements of this rank's 600"), (1, 600, None)],
+    ids=["short", "shifted"],
+)
+def test_chunks_that_do_not_cover_the_tensor_fail_before_reading(gcs, offset, size, why):
+    # torch's planner takes a chunk that leaves part of `w` out (or reads past its end) and
+    # loads the rest, leaving the uncovered elements as they were: GCSLoadPlanner refuses.
+    def edit(metadata) -> bytes:
+        entry = metadata.state_dict_metadata["w"]
+        (chunk,) = entry.chunks
+        entry.chunks[0] = dataclasses.replace(
+            chunk, offsets=torch.Size([offset]), sizes=torch.Size([size])
+        )
+        for index in list(metadata.storage_data):
+            if index.fqn == "w":
+                info = metadata.storage_data.pop(index)
+                metadata.storage_data[dataclasses.replace(index, offset=torch.Size([offset]))] = (
+                    info
+                )
+        return pickle.dumps(metadata)
+
+    url = _variant(gcs, f"cover-{offset}-{size}", metadata=edit)
+    state = _blank()
+    reader = GCSStorageReader(url, endpoint=gcs.endpoint)
+    with pytest.raises(CheckpointException) as info:
+        dcp.load(state, storage_reader=reader, planner=GCSLoadPlanner())
+    assert "FQN 'w'" in str(info.value) and (why is None or why in str(info.value))
+    assert torch.count_nonzero(state["w"]) == 0 and state["m"] == {"k": 0}

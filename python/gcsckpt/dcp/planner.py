@@ -142,8 +142,14 @@ class GCSLoadPlanner(DefaultLoadPlanner):
         self.is_coordinator = is_coordinator
 
     def create_local_plan(self) -> LoadPlan:
-        """The default local plan, or (compact_plans) a stand-in without items."""
+        """The default local plan, or (compact_plans) a stand-in without items.
+
+        Raises:
+            ValueError: the saved chunks of a tensor this rank reads do not cover it exactly
+                (see `_check_coverage`).
+        """
         plan = self._default_local_plan()
+        self._check_coverage(plan)
         if not self.compact_plans:
             return plan
         self._local_plan = plan
@@ -184,6 +190,30 @@ class GCSLoadPlanner(DefaultLoadPlanner):
             else:  # tensors, DTensors and missing keys: torch's own checks and read items
                 items.extend(create_default_local_load_plan({fqn: obj}, metadata, strict).items)
         return LoadPlan(items)
+
+    def _check_coverage(self, plan: LoadPlan) -> None:
+        """Every tensor the plan reads is read whole and once: its read items' elements sum to
+        its local tensor's. Chunks that leave part of a tensor out or cover a part twice (a
+        damaged or crafted `.metadata`; torch's planner takes both and leaves the rest of the
+        tensor as it was) fail here, before any byte is read.
+
+        Raises:
+            ValueError: names the FQN and both element counts.
+        """
+        read: dict[str, int] = {}
+        byte_io = LoadItemType.BYTE_IO
+        for item in plan.items:
+            if item.type is not byte_io:
+                fqn = item.dest_index.fqn
+                read[fqn] = read.get(fqn, 0) + item.lengths.numel()
+        for fqn, count in read.items():
+            obj = self.state_dict.get(fqn)
+            local = obj.to_local() if isinstance(obj, DTensor) else obj
+            if type(local) is torch.Tensor and count != local.numel():
+                raise ValueError(
+                    f"FQN {fqn!r}: the checkpoint's saved chunks cover {count} elements of this "
+                    f"rank's {local.numel()} (chunks missing or overlapping in .metadata)"
+                )
 
     def finish_plan(self, central_plan: LoadPlan) -> LoadPlan:
         """The central plan, with this rank's own items put back if they were held back."""
