@@ -24,9 +24,6 @@ BUCKET = "runner-e2e"
 
 def _config(endpoint: str, output_dir, **changes) -> RunConfig:
     changes = {"rounds": 2, "baseline_rounds": 1, "baseline_cases": ("*-ep-*",), **changes}
-    # No download ceiling: nothing here reads it (test_runner_reshard checks it), and its 3 default
-    # rounds each read a 256 MiB object from the endpoint.
-    changes = {"download_ceiling_rounds": 0, **changes}
     return tiny_run_config(endpoint, f"gs://{BUCKET}/bench", output_dir, **changes)
 
 

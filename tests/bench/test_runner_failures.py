@@ -22,9 +22,7 @@ BUCKET = "runner-failures"
 
 
 def _config(endpoint: str, prefix: str, output_dir, **changes) -> RunConfig:
-    # No download ceiling: nothing here reads it (test_runner_reshard checks it), and its 3 default
-    # rounds each read a 256 MiB object from the endpoint.
-    changes = {"rounds": 1, "download_ceiling_rounds": 0, **changes}
+    changes = {"rounds": 1, **changes}
     return tiny_run_config(endpoint, f"gs://{BUCKET}/{prefix}", output_dir, **changes)
 
 

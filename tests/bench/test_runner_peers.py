@@ -69,9 +69,6 @@ def _config(gcs, output_dir, **changes):
         "writers": WRITERS,
         "rounds": 1,
         "upload_ceiling_rounds": 1,
-        # No download ceiling: nothing here reads it (test_runner_reshard checks it), and its 3
-        # default rounds each read a 256 MiB object from the endpoint.
-        "download_ceiling_rounds": 0,
         **changes,
     }
     return tiny_run_config(gcs.endpoint, f"gs://{BUCKET}/peers", output_dir, **fields)
